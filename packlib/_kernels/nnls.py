@@ -1,0 +1,404 @@
+"""NNLSHP: weighted non-negative least squares over packing strategies, and the recipe around it.
+
+The columns of the NNLS matrix ``A`` are the strategies: multisets of at most ``D`` lengths
+summing exactly to ``L`` (a length slot doubles as padding). There are 22,102 of them at
+``L = 512, D = 3`` and astronomically many for deep packs, so they are never listed: this is
+Lawson-Hanson's active-set method with *column generation*. The column it adds is the one
+with the largest gradient ``sum_{l in s} rho_l`` (``rho = w^2 (b - A x)``), found by a
+dynamic programme over (parts, total length). The least-squares problem on the active set is
+solved through a Cholesky factor ``R`` of ``A_P^T W^2 A_P`` that is updated when a column
+enters and downdated by Givens rotations when one leaves: O(p^2) per step, not O(p^3).
+"""
+import numpy as np
+
+from .._jit import jit
+from .growable import grow1, grow2
+from .greedy import lpfhp
+
+# ----------------------------------------------------------------------------- pricing
+
+
+@jit
+def _price(rho, L, D, f, arg, parts):
+    """Best strategy for gradient ``rho``: max of ``sum rho[l-1]`` over multisets of at most
+    ``D`` lengths summing to exactly ``L``. Writes the lengths into ``parts``; returns
+    ``(value, n_parts)``. ``f``/``arg`` are ``(D+1, L+1)`` scratch (only row 0 if D >= L).
+    """
+    neg = -np.inf
+    if D >= L:  # unbounded: g[s] = max_l g[s-l] + rho[l-1]
+        f[0, 0] = 0.0
+        for s in range(1, L + 1):
+            best = neg
+            best_l = 0
+            for l in range(1, s + 1):
+                v = f[0, s - l] + rho[l - 1]
+                if v > best:
+                    best = v
+                    best_l = l
+            f[0, s] = best
+            arg[0, s] = best_l
+        n = 0
+        s = L
+        while s > 0:
+            parts[n] = arg[0, s]
+            s -= arg[0, s]
+            n += 1
+        return f[0, L], n
+    # f[c, s]: best sum of exactly c lengths totalling s; layer D is only needed at s = L
+    for s in range(L + 1):
+        f[1, s] = rho[s - 1] if s >= 1 else neg
+        arg[1, s] = s
+    for c in range(2, D + 1):
+        lo = L if c == D else c
+        for s in range(lo, L + 1):
+            best = neg
+            best_l = 0
+            # two parts are symmetric: the shorter one suffices
+            hi = s // 2 + 1 if c == 2 else s - c + 2
+            for l in range(1, hi):
+                v = f[c - 1, s - l] + rho[l - 1]
+                if v > best:
+                    best = v
+                    best_l = l
+            f[c, s] = best
+            arg[c, s] = best_l
+    best = neg
+    best_c = 1
+    for c in range(1, D + 1):
+        if f[c, L] > best:
+            best = f[c, L]
+            best_c = c
+    s = L
+    for c in range(best_c, 0, -1):
+        parts[best_c - c] = arg[c, s]
+        s -= arg[c, s]
+    return best, best_c
+
+
+# ------------------------------------------------------------------- Cholesky updates
+
+
+@jit
+def _gram(col_len, col_mult, col_n, i, dense):
+    """``sum_l dense[l] * a_{l,i}``: column ``i`` against a dense vector."""
+    acc = 0.0
+    for k in range(col_n[i]):
+        acc += dense[col_len[i, k] - 1] * col_mult[i, k]
+    return acc
+
+
+@jit
+def _back_solve(R, u, p, z):
+    """Solve ``R z = u`` for the first ``p`` unknowns (row-contiguous access)."""
+    for i in range(p - 1, -1, -1):
+        acc = u[i]
+        for k in range(i + 1, p):
+            acc -= R[i, k] * z[k]
+        z[i] = acc / R[i, i]
+
+
+@jit
+def _remove(R, p, k, col_len, col_mult, col_n, u, x):
+    """Drop active column ``k`` of ``p``: shift the arrays and re-triangularise ``R`` with
+    Givens rotations, applied to ``u = R^-T A^T W^2 b`` as well so it stays consistent."""
+    for j in range(k, p - 1):
+        for r in range(p):
+            R[r, j] = R[r, j + 1]
+        col_n[j] = col_n[j + 1]
+        col_len[j] = col_len[j + 1]
+        col_mult[j] = col_mult[j + 1]
+        x[j] = x[j + 1]
+    for r in range(p):
+        R[r, p - 1] = 0.0
+    for j in range(k, p - 1):  # Givens rotations clear the sub-diagonal
+        a = R[j, j]
+        b = R[j + 1, j]
+        h = np.hypot(a, b)
+        if h == 0.0:
+            continue
+        c = a / h
+        s = b / h
+        for col in range(j, p - 1):
+            t1 = R[j, col]
+            t2 = R[j + 1, col]
+            R[j, col] = c * t1 + s * t2
+            R[j + 1, col] = -s * t1 + c * t2
+        R[j + 1, j] = 0.0
+        t1 = u[j]
+        t2 = u[j + 1]
+        u[j] = c * t1 + s * t2
+        u[j + 1] = -s * t1 + c * t2
+    for col in range(p):
+        R[p - 1, col] = 0.0
+    u[p - 1] = 0.0
+
+
+# ----------------------------------------------------------------------------- NNLS
+
+
+@jit
+def nnls_columns(b, w2, L, D, max_outer):
+    """Weighted NNLS ``min ||W (A x - b)||, x >= 0`` over all strategies.
+
+    Returns the active columns as ``(col_len, col_mult, col_n)`` (distinct lengths and their
+    multiplicities per column), their values ``x`` and the number of active columns ``p``.
+    """
+    Dp = min(D, L)
+    kmax = 1  # distinct lengths a strategy can hold
+    while (kmax + 1) * (kmax + 2) // 2 <= L:
+        kmax += 1
+    kmax = min(kmax, Dp)
+    pmax = L  # an active set is linearly independent: at most L columns
+    R = np.zeros((pmax + 1, pmax + 1))
+    col_len = np.zeros((pmax + 1, kmax), np.int64)
+    col_mult = np.zeros((pmax + 1, kmax), np.int64)
+    col_n = np.zeros(pmax + 1, np.int64)
+    x = np.zeros(pmax + 1)
+    z = np.zeros(pmax + 1)
+    u = np.zeros(pmax + 1)
+    rows = 1 if D >= L else D + 1
+    f = np.empty((rows, L + 1))
+    arg = np.zeros((rows, L + 1), np.int64)
+    parts = np.empty(L, np.int64)
+    dense = np.zeros(L)
+    wb = w2 * b
+    rho = wb.copy()
+    scale = 1.0
+    for l in range(L):
+        scale = max(scale, abs(wb[l]))
+    tol = 1e-9 * scale
+    p = 0
+    for _ in range(max_outer):
+        value, n_parts = _price(rho, L, D, f, arg, parts)
+        if value <= tol or p >= pmax:
+            break
+        # candidate column p: distinct lengths (parts are grouped by the DP? sort to be sure)
+        parts[:n_parts].sort()
+        k = 0
+        for t in range(n_parts):
+            if k > 0 and col_len[p, k - 1] == parts[t]:
+                col_mult[p, k - 1] += 1
+            else:
+                col_len[p, k] = parts[t]
+                col_mult[p, k] = 1
+                k += 1
+        col_n[p] = k
+        # append to the Cholesky factor
+        for t in range(k):
+            dense[col_len[p, t] - 1] = w2[col_len[p, t] - 1] * col_mult[p, t]
+        diag = _gram(col_len, col_mult, col_n, p, dense)
+        for i in range(p):
+            acc = _gram(col_len, col_mult, col_n, i, dense)
+            for kk in range(i):
+                acc -= R[kk, i] * R[kk, p]
+            R[i, p] = acc / R[i, i]
+            diag -= R[i, p] * R[i, p]
+        for t in range(k):
+            dense[col_len[p, t] - 1] = 0.0
+        norm2 = 0.0
+        for t in range(k):
+            norm2 += w2[col_len[p, t] - 1] * col_mult[p, t] * col_mult[p, t]
+        if diag <= 1e-10 * norm2:  # numerically dependent: nothing left to gain
+            for i in range(p):
+                R[i, p] = 0.0
+            break
+        R[p, p] = np.sqrt(diag)
+        acc = _gram(col_len, col_mult, col_n, p, wb)  # new entry of A_P^T W^2 b
+        for i in range(p):
+            acc -= R[i, p] * u[i]
+        u[p] = acc / R[p, p]
+        x[p] = 0.0
+        p += 1
+        entered = p - 1
+        # inner loop: keep the least-squares solution feasible
+        first = True
+        while p > 0:
+            _back_solve(R, u, p, z)
+            alpha = 2.0
+            arg_min = -1
+            for i in range(p):
+                if z[i] <= 0.0:
+                    a = x[i] / (x[i] - z[i])
+                    if a < alpha:
+                        alpha = a
+                        arg_min = i
+            if arg_min < 0:
+                for i in range(p):
+                    x[i] = z[i]
+                break
+            if first and arg_min == entered and alpha <= 0.0:
+                p = -p - 1  # the entering column cannot move: converged numerically
+                break
+            first = False
+            for i in range(p):
+                x[i] += alpha * (z[i] - x[i])
+            x[arg_min] = 0.0
+            i = p - 1
+            while i >= 0:
+                if x[i] <= 1e-12 * scale:
+                    _remove(R, p, i, col_len, col_mult, col_n, u, x)
+                    p -= 1
+                i -= 1
+        if p < 0:
+            p = -p - 1
+            _remove(R, p, p - 1, col_len, col_mult, col_n, u, x)
+            p -= 1
+            break
+        # new gradient
+        for l in range(L):
+            dense[l] = b[l]
+        for i in range(p):
+            for t in range(col_n[i]):
+                dense[col_len[i, t] - 1] -= x[i] * col_mult[i, t]
+        for l in range(L):
+            rho[l] = w2[l] * dense[l]
+            dense[l] = 0.0
+    return col_len[:p].copy(), col_mult[:p].copy(), col_n[:p].copy(), x[:p].copy()
+
+
+# --------------------------------------------------------------------------- recipe
+
+
+@jit
+def _append_group(rows, counts, n_rows, width, col_len, col_mult, col_n, i, count):
+    rows = grow2(rows, n_rows + 1)
+    counts = grow1(counts, n_rows + 1)
+    j = 0
+    for t in range(col_n[i] - 1, -1, -1):  # lengths ascending -> row descending
+        for _ in range(col_mult[i, t]):
+            rows[n_rows, j] = col_len[i, t]
+            j += 1
+    for jj in range(j, width):
+        rows[n_rows, jj] = 0
+    counts[n_rows] = count
+    return rows, counts
+
+
+@jit
+def _replace_in_row(rows, g, old, new):
+    """Replace one ``old`` in row ``g`` by ``new`` (0 removes it); keep it sorted descending."""
+    width = rows.shape[1]
+    j = 0
+    while rows[g, j] != old:
+        j += 1
+    rows[g, j] = new
+    while j + 1 < width and rows[g, j + 1] > rows[g, j]:  # new < old: bubble right
+        t = rows[g, j]
+        rows[g, j] = rows[g, j + 1]
+        rows[g, j + 1] = t
+        j += 1
+
+
+@jit
+def _row_has(rows, g, value):
+    for j in range(rows.shape[1]):
+        if rows[g, j] == value:
+            return True
+        if rows[g, j] == 0:
+            return False
+    return False
+
+
+@jit
+def _edit_slots(rows, counts, n_rows, old, new, k):
+    """In ``k`` packs that hold length ``old``, turn one such slot into ``new`` (0: drop it).
+
+    Packs consisting of a single slot are edited first, so removing padding also removes
+    packs that held nothing else. Groups are split when only part of them is edited.
+    """
+    for pass_ in range(2):
+        while k > 0:
+            done = True
+            for g in range(n_rows):
+                if k == 0:
+                    break
+                if counts[g] == 0 or not _row_has(rows, g, old):
+                    continue
+                if pass_ == 0 and (rows.shape[1] > 1 and rows[g, 1] != 0):
+                    continue
+                done = False
+                if counts[g] <= k:
+                    _replace_in_row(rows, g, old, new)
+                    k -= counts[g]
+                else:
+                    rows = grow2(rows, n_rows + 1)
+                    counts = grow1(counts, n_rows + 1)
+                    rows[n_rows] = rows[g]
+                    counts[n_rows] = k
+                    counts[g] -= k
+                    _replace_in_row(rows, n_rows, old, new)
+                    n_rows += 1
+                    k = 0
+            if done:
+                break
+    return rows, counts, n_rows
+
+
+@jit
+def nnls_histogram_pack(h, L, D, w, max_iterations):
+    """The NNLSHP recipe; returns the plan's rows (descending lengths), counts and the
+    number of NNLS solves. Only real sequences remain in the plan."""
+    w2 = w * w
+    width = min(D, L)
+    rows = np.zeros((64, width), np.int64)
+    counts = np.zeros(64, np.int64)
+    n_rows = 0
+    b = h.copy()
+    padding = np.zeros(L + 1, np.int64)  # dummy slots per length
+    used = np.zeros(L + 1, np.int64)
+    iterations = 0
+    max_outer = 20 * L + 100
+    for _ in range(max_iterations):
+        left = 0
+        for l in range(L):
+            left += b[l]
+        if left < 100 and iterations > 0 or left == 0:
+            break
+        col_len, col_mult, col_n, x = nnls_columns(b.astype(np.float64), w2, L, D, max_outer)
+        iterations += 1
+        used[:] = 0
+        any_used = False
+        for i in range(x.size):
+            xi = x[i]
+            r = np.rint(xi) if xi < 2.0 else np.floor(xi)
+            cnt = np.int64(r)
+            if cnt <= 0:
+                continue
+            any_used = True
+            rows, counts = _append_group(rows, counts, n_rows, width, col_len, col_mult, col_n, i, cnt)
+            n_rows += 1
+            for t in range(col_n[i]):
+                used[col_len[i, t]] += cnt * col_mult[i, t]
+        if not any_used:
+            break
+        for l in range(1, L + 1):
+            resid = b[l - 1] - used[l]
+            if resid < 0:
+                padding[l] -= resid
+                b[l - 1] = 0
+            else:
+                b[l - 1] = resid
+    # left-over sequences first take over dummy slots at least as long (best fit)
+    for m in range(L, 0, -1):
+        l = m
+        while b[m - 1] > 0 and l <= L:
+            if padding[l] > 0:
+                k = min(padding[l], b[m - 1])
+                rows, counts, n_rows = _edit_slots(rows, counts, n_rows, l, m, k)
+                padding[l] -= k
+                b[m - 1] -= k
+            l += 1
+    # the remaining dummies are padding: remove them from the plan
+    for l in range(L, 0, -1):
+        if padding[l] > 0:
+            rows, counts, n_rows = _edit_slots(rows, counts, n_rows, l, 0, padding[l])
+    # whatever is still left is packed by LPFHP
+    rest_rows, rest_counts = lpfhp(b, L, D)
+    w_all = max(width, rest_rows.shape[1])
+    out = np.zeros((n_rows + rest_counts.size, w_all), np.int64)
+    out_counts = np.empty(n_rows + rest_counts.size, np.int64)
+    out[:n_rows, :width] = rows[:n_rows]
+    out_counts[:n_rows] = counts[:n_rows]
+    out[n_rows:, : rest_rows.shape[1]] = rest_rows
+    out_counts[n_rows:] = rest_counts
+    return out, out_counts, iterations
