@@ -13,13 +13,9 @@ from .growable import grow1
 
 @jit
 def _new_node(parent, length, node_parent, node_len, node_depth, n_nodes):
-    node_parent = grow1(node_parent, n_nodes + 1)
-    node_len = grow1(node_len, n_nodes + 1)
-    node_depth = grow1(node_depth, n_nodes + 1)
     node_parent[n_nodes] = parent
     node_len[n_nodes] = length
     node_depth[n_nodes] = 1 if parent < 0 else node_depth[parent] + 1
-    return node_parent, node_len, node_depth
 
 
 @jit
@@ -55,10 +51,28 @@ def _greedy(h, L, depth, longest_first):
     out_count = np.empty(cap, np.int64)
     n_out = 0
 
+    n_open = 0
     for i in range(L):
         length = L - i
         n = h[length - 1]
         offset = 0 if longest_first else i + 1
+        if n == 0:
+            continue
+        # Reserve room for everything this length can create, here and not in the loop
+        # below: numba makes every iteration of a loop that reassigns an array ~30x slower.
+        # Each node places >= 1 sequence (<= n nodes); each group that exists now, or is
+        # split off (<= depth times) or opened (<= 2 times) in this step, takes <= m copies.
+        m = min(depth, L // length)
+        lineages = n_open + min(depth, n) + 2
+        node_parent = grow1(node_parent, n_nodes + min(n, lineages * m))
+        node_len = grow1(node_len, n_nodes + min(n, lineages * m))
+        node_depth = grow1(node_depth, n_nodes + min(n, lineages * m))
+        groups = min(n, lineages * m) + 2
+        ent_count = grow1(ent_count, n_ent + groups)
+        ent_node = grow1(ent_node, n_ent + groups)
+        ent_next = grow1(ent_next, n_ent + groups)
+        out_node = grow1(out_node, n_out + groups)
+        out_count = grow1(out_count, n_out + groups)
         while n > 0:
             key = length + offset
             placed_node = -1
@@ -78,9 +92,10 @@ def _greedy(h, L, depth, longest_first):
                     ent_count[e] = cnt - take  # the reduced group stays on top
                 else:
                     head[key] = ent_next[e]
+                    n_open -= 1
                 n -= take * repeat
                 for _ in range(repeat):
-                    node_parent, node_len, node_depth = _new_node(node, length, node_parent, node_len, node_depth, n_nodes)
+                    _new_node(node, length, node_parent, node_len, node_depth, n_nodes)
                     node = n_nodes
                     n_nodes += 1
                 placed_node = node
@@ -101,7 +116,7 @@ def _greedy(h, L, depth, longest_first):
                         repeat -= 1
                 node = -1
                 for _ in range(repeat):
-                    node_parent, node_len, node_depth = _new_node(node, length, node_parent, node_len, node_depth, n_nodes)
+                    _new_node(node, length, node_parent, node_len, node_depth, n_nodes)
                     node = n_nodes
                     n_nodes += 1
                 placed_node = node
@@ -110,26 +125,22 @@ def _greedy(h, L, depth, longest_first):
                 n -= placed_count * repeat
             if placed_node >= 0:
                 if node_depth[placed_node] == depth or placed_free == 0:
-                    out_node = grow1(out_node, n_out + 1)
-                    out_count = grow1(out_count, n_out + 1)
                     out_node[n_out] = placed_node
                     out_count[n_out] = placed_count
                     n_out += 1
                 else:
-                    ent_count = grow1(ent_count, n_ent + 1)
-                    ent_node = grow1(ent_node, n_ent + 1)
-                    ent_next = grow1(ent_next, n_ent + 1)
                     ent_count[n_ent] = placed_count
                     ent_node[n_ent] = placed_node
                     ent_next[n_ent] = head[placed_free]
                     head[placed_free] = n_ent
                     n_ent += 1
+                    n_open += 1
     # groups still open are final too
+    out_node = grow1(out_node, n_out + n_open)
+    out_count = grow1(out_count, n_out + n_open)
     for key in range(L + 1):
         e = head[key]
         while e >= 0:
-            out_node = grow1(out_node, n_out + 1)
-            out_count = grow1(out_count, n_out + 1)
             out_node[n_out] = ent_node[e]
             out_count[n_out] = ent_count[e]
             n_out += 1
