@@ -421,11 +421,11 @@ def _canonical_plan(strategies: np.ndarray, counts: np.ndarray) -> tuple[np.ndar
     s = np.ascontiguousarray(s[:, :width])
     if s.shape[0] == 0:
         return np.zeros((0, width), dtype=np.int64), np.zeros(0, dtype=np.int64)
-    uniq, inverse = np.unique(s, axis=0, return_inverse=True)
-    merged = np.zeros(uniq.shape[0], dtype=np.int64)
-    np.add.at(merged, inverse.ravel(), c)
-    order = np.lexsort(tuple(-uniq[:, j] for j in range(uniq.shape[1] - 1, -1, -1)))
-    return np.ascontiguousarray(uniq[order]), merged[order]
+    # lexicographically descending rows; equal rows become neighbours and are merged
+    order = np.lexsort(tuple(-s[:, j] for j in range(width - 1, -1, -1)))
+    s, c = s[order], c[order]
+    starts = np.flatnonzero(np.concatenate(([True], (s[1:] != s[:-1]).any(axis=1))))
+    return np.ascontiguousarray(s[starts]), np.add.reduceat(c, starts)
 
 
 # --------------------------------------------------------------------------------------

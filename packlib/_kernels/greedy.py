@@ -58,21 +58,21 @@ def _greedy(h, L, depth, longest_first):
         offset = 0 if longest_first else i + 1
         if n == 0:
             continue
-        # Reserve room for everything this length can create, here and not in the loop
-        # below: numba makes every iteration of a loop that reassigns an array ~30x slower.
+        # Reserve room for everything this length can create here, not in the loop below
+        # (see grow1).
         # Each node places >= 1 sequence (<= n nodes); each group that exists now, or is
         # split off (<= depth times) or opened (<= 2 times) in this step, takes <= m copies.
         m = min(depth, L // length)
         lineages = n_open + min(depth, n) + 2
-        node_parent = grow1(node_parent, n_nodes + min(n, lineages * m))
-        node_len = grow1(node_len, n_nodes + min(n, lineages * m))
-        node_depth = grow1(node_depth, n_nodes + min(n, lineages * m))
+        node_parent = grow1(node_parent, n_nodes + min(n, lineages * m), n_nodes)
+        node_len = grow1(node_len, n_nodes + min(n, lineages * m), n_nodes)
+        node_depth = grow1(node_depth, n_nodes + min(n, lineages * m), n_nodes)
         groups = min(n, lineages * m) + 2
-        ent_count = grow1(ent_count, n_ent + groups)
-        ent_node = grow1(ent_node, n_ent + groups)
-        ent_next = grow1(ent_next, n_ent + groups)
-        out_node = grow1(out_node, n_out + groups)
-        out_count = grow1(out_count, n_out + groups)
+        ent_count = grow1(ent_count, n_ent + groups, n_ent)
+        ent_node = grow1(ent_node, n_ent + groups, n_ent)
+        ent_next = grow1(ent_next, n_ent + groups, n_ent)
+        out_node = grow1(out_node, n_out + groups, n_out)
+        out_count = grow1(out_count, n_out + groups, n_out)
         while n > 0:
             key = length + offset
             placed_node = -1
@@ -136,8 +136,8 @@ def _greedy(h, L, depth, longest_first):
                     n_ent += 1
                     n_open += 1
     # groups still open are final too
-    out_node = grow1(out_node, n_out + n_open)
-    out_count = grow1(out_count, n_out + n_open)
+    out_node = grow1(out_node, n_out + n_open, n_out)
+    out_count = grow1(out_count, n_out + n_open, n_out)
     for key in range(L + 1):
         e = head[key]
         while e >= 0:
