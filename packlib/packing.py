@@ -178,6 +178,19 @@ class Packs:
             i = int(np.flatnonzero(seen != 1)[0])
             raise ValueError(f"sample {i} appears {seen[i]} times")
 
+    def _repr_html_(self) -> str:
+        rows = [
+            ("packs", f"{self.num_packs:,}"),
+            ("sequences", f"{self.num_sequences:,}"),
+            ("max_sequence_length", f"{self.max_sequence_length:,}"),
+            ("max_sequences_per_pack", "unlimited" if self.max_sequences_per_pack is None else str(self.max_sequences_per_pack)),
+            ("efficiency", f"{100 * self.efficiency:.3f} %"),
+        ]
+        head = [self.indices[self.offsets[p] : self.offsets[p + 1]].tolist() for p in range(min(3, self.num_packs))]
+        if head:
+            rows.append(("first packs (sample ids)", "; ".join(map(str, head)) + (" …" if self.num_packs > 3 else "")))
+        return _html_table("Packs", rows)
+
     def __repr__(self) -> str:
         return (
             f"Packs({self.num_packs:,} packs of {self.num_sequences:,} sequences, "
@@ -393,6 +406,34 @@ class PackingPlan:
     def __repr__(self) -> str:
         return self.report()
 
+    def _repr_html_(self) -> str:
+        depth = "unlimited" if self.max_sequences_per_pack is None else str(self.max_sequences_per_pack)
+        rows = [
+            ("method", self.method or "custom"),
+            ("sequences → packs", f"{self.num_sequences:,} → {self.num_packs:,}"),
+            ("max_sequence_length / per pack", f"{self.max_sequence_length:,} / {depth}"),
+            ("efficiency", f"{100 * self.efficiency:.3f} % ({self.padding_tokens:,} padding tokens)"),
+            ("speed-up", f"{self.speedup:.4f}x of {self.speedup_limit:.4f}x"),
+        ]
+        if self.lower_bound is not None:
+            rows.append(("lower bound (gap)", f"{int(self.lower_bound):,} ({self.gap:,})"))
+        rows += [(f"{count:,} ×", str(lengths)) for lengths, count in self.top_strategies(5)]
+        return _html_table(f"PackingPlan: {self.num_strategies:,} strategies", rows)
+
+    def plot(self, ax=None, **kwargs):
+        """Plot the histogram and how the plan packs it (needs the ``plot`` extra); returns
+        the matplotlib Axes. See :func:`packlib.plot.plan`."""
+        from .plot import plan as plot_plan
+
+        return plot_plan(self, ax=ax, **kwargs)
+
+
+def _html_table(title: str, rows) -> str:
+    import html
+
+    body = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th><td style='text-align:left'>{html.escape(v)}</td></tr>" for k, v in rows)
+    return f"<table><caption style='text-align:left'><b>{html.escape(title)}</b></caption>{body}</table>"
+
 
 def _weighted_bincount(values: np.ndarray, weights: np.ndarray, size: int) -> np.ndarray:
     out = np.zeros(size, dtype=np.int64)
@@ -523,6 +564,7 @@ def nnls_pack(
     max_sequence_length: int | None = None,
     max_iterations: int = 20,
     short_length_cutoff: int = 8,
+    repair: bool = True,
 ) -> PackingPlan:
     """Non-negative least-squares histogram packing (NNLSHP; Krell et al., 2021).
 
@@ -541,18 +583,40 @@ def nnls_pack(
       enumerating them all, so it takes well under a second instead of 20-40 s;
     - the last few left-over sequences are packed by LPFHP instead of one pack each with a
       dummy partner, so depth 1 and leftovers at length ``L`` work too;
-    - the returned plan holds only real sequences (dummy padding partners are removed).
+    - the returned plan holds only real sequences (dummy padding partners are removed);
+    - with ``repair=True`` (the default), the packs that removing the dummies left
+      under-filled are repacked by LPFHP when that takes fewer packs (on Wikipedia at
+      depth 3: 8,144,342 packs instead of 8,152,494). ``repair=False`` gives the recipe's
+      plan as is.
 
-    Parameters and return value as for :func:`spfhp_pack`.
+    Parameters
+    ----------
+    histogram, max_sequences_per_pack, max_sequence_length
+        As for :func:`spfhp_pack`.
+    max_iterations : int, default 20
+        Most NNLS solves (the MLPerf scripts' limit); iteration stops earlier when fewer
+        than 100 sequences are left or rounding leaves nothing to add.
+    short_length_cutoff : int, default 8
+        How many of the shortest lengths get the low residual weight.
+    repair : bool, default True
+        Repack under-filled packs (see above).
+
+    Returns
+    -------
+    PackingPlan
+        ``plan.info["iterations"]`` is the number of NNLS solves.
     """
-    from ._kernels.nnls import nnls_histogram_pack
+    from ._kernels.nnls import nnls_histogram_pack, repack_underfilled
 
     h, L, depth = _histogram_args(histogram, max_sequence_length, max_sequences_per_pack)
     max_iterations = as_positive_int(max_iterations, "max_iterations")
     cutoff = min(int(short_length_cutoff), L)
     weights = np.ones(L)
     weights[:cutoff] = cutoff / (2.0 * L)
-    strategies, counts, iterations = nnls_histogram_pack(h, L, L if depth is None else depth, np.sqrt(weights), max_iterations)
+    kernel_depth = L if depth is None else depth
+    strategies, counts, iterations = nnls_histogram_pack(h, L, kernel_depth, np.sqrt(weights), max_iterations)
+    if repair:
+        strategies, counts = repack_underfilled(strategies, counts, L, kernel_depth)
     return _plan_from_kernel(strategies, counts, L, depth, "nnlshp", iterations=int(iterations))
 
 

@@ -402,3 +402,65 @@ def nnls_histogram_pack(h, L, D, w, max_iterations):
     out[n_rows:, : rest_rows.shape[1]] = rest_rows
     out_counts[n_rows:] = rest_counts
     return out, out_counts, iterations
+
+
+@jit
+def repack_underfilled(rows, counts, L, D):
+    """Repack the packs filled below a threshold with LPFHP when that takes fewer packs.
+
+    Removing NNLS's dummy slots leaves some packs nearly empty (a long strategy whose long
+    parts were surplus). Thresholds from L/2 up to L are tried; the best total wins, and
+    the plan is returned unchanged if no threshold helps.
+    """
+    n = counts.size
+    fill = np.zeros(n, np.int64)
+    for g in range(n):
+        for j in range(rows.shape[1]):
+            fill[g] += rows[g, j]
+    best_total = 0
+    for g in range(n):
+        best_total += counts[g]
+    best_threshold = -1
+    sub = np.zeros(L, np.int64)
+    for k in range(5):
+        threshold = L - (L >> (k + 1)) if k < 4 else L  # L/2, 3L/4, 7L/8, 15L/16, L
+        sub[:] = 0
+        kept = 0
+        for g in range(n):
+            if fill[g] < threshold:
+                for j in range(rows.shape[1]):
+                    if rows[g, j] > 0:
+                        sub[rows[g, j] - 1] += counts[g]
+            else:
+                kept += counts[g]
+        _, sub_counts = lpfhp(sub, L, D)
+        total = kept
+        for g in range(sub_counts.size):
+            total += sub_counts[g]
+        if total < best_total:
+            best_total = total
+            best_threshold = threshold
+    if best_threshold < 0:
+        return rows, counts
+    sub[:] = 0
+    n_kept = 0
+    for g in range(n):
+        if fill[g] < best_threshold:
+            for j in range(rows.shape[1]):
+                if rows[g, j] > 0:
+                    sub[rows[g, j] - 1] += counts[g]
+        else:
+            n_kept += 1
+    sub_rows, sub_counts = lpfhp(sub, L, D)
+    width = max(rows.shape[1], sub_rows.shape[1])
+    out = np.zeros((n_kept + sub_counts.size, width), np.int64)
+    out_counts = np.empty(n_kept + sub_counts.size, np.int64)
+    i = 0
+    for g in range(n):
+        if fill[g] >= best_threshold:
+            out[i, : rows.shape[1]] = rows[g]
+            out_counts[i] = counts[g]
+            i += 1
+    out[n_kept:, : sub_rows.shape[1]] = sub_rows
+    out_counts[n_kept:] = sub_counts
+    return out, out_counts

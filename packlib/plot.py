@@ -1,0 +1,100 @@
+"""Plots for notebooks and reports (the ``plot`` extra: ``pip install 'packlib[plot]'``).
+
+Every function draws on the given matplotlib ``Axes`` (or a new figure's) and returns it,
+so plots compose with the rest of a user's figure. matplotlib is imported only here, and
+only when a function is called.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["histogram", "plan", "strategies", "compare"]
+
+
+def _pyplot():
+    try:
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ImportError("plotting needs matplotlib: pip install 'packlib[plot]'") from None
+    return plt
+
+
+def _axes(ax):
+    if ax is not None:
+        return ax
+    _, ax = _pyplot().subplots(figsize=(8, 4))
+    return ax
+
+
+def histogram(histogram, ax=None, *, label: str = "sequences", log: bool = False):
+    """Bar plot of a length histogram (``histogram[i]`` = count of length ``i + 1``)."""
+    from ._validate import as_histogram
+
+    h = as_histogram(histogram)
+    ax = _axes(ax)
+    ax.bar(np.arange(1, h.size + 1), h, width=1.0, label=label, alpha=0.8, linewidth=0)
+    ax.set_xlabel("sequence length (tokens)")
+    ax.set_ylabel("count")
+    ax.set_xlim(0, h.size + 1)
+    if log:
+        ax.set_yscale("log")
+    ax.set_title(f"{int(h.sum()):,} sequences, max length {h.size}")
+    return ax
+
+
+def plan(plan, ax=None, *, log: bool = False):
+    """The plan's input lengths next to the tokens per pack it produces.
+
+    Unpacked, every sequence is padded to ``L``; packed, the bars on the right show how
+    full the packs are (a perfect packing is a single bar at ``L``).
+    """
+    ax = _axes(ax)
+    h = plan.histogram()
+    L = plan.max_sequence_length
+    fill = plan.strategies.sum(axis=1)
+    packed = np.bincount(fill - 1, weights=plan.counts, minlength=L)[:L] if plan.num_strategies else np.zeros(L)
+    x = np.arange(1, L + 1)
+    ax.bar(x, h, width=1.0, alpha=0.6, linewidth=0, label=f"sequence lengths ({plan.num_sequences:,})")
+    ax.bar(x, packed, width=1.0, alpha=0.6, linewidth=0, label=f"tokens per pack ({plan.num_packs:,} packs)")
+    ax.set_xlabel("tokens")
+    ax.set_ylabel("count")
+    ax.set_xlim(0, L + 1)
+    if log:
+        ax.set_yscale("log")
+    depth = "unlimited" if plan.max_sequences_per_pack is None else plan.max_sequences_per_pack
+    ax.set_title(f"{plan.method or 'plan'} (max {depth} per pack): {100 * plan.efficiency:.3f} % efficiency")
+    ax.legend(loc="upper left")
+    return ax
+
+
+def strategies(plan, ax=None, *, top: int = 15):
+    """Horizontal bars of the ``top`` most used strategies and their pack counts."""
+    ax = _axes(ax)
+    items = plan.top_strategies(top)[::-1]
+    labels = ["+".join(map(str, lengths)) for lengths, _ in items]
+    ax.barh(np.arange(len(items)), [c for _, c in items])
+    ax.set_yticks(np.arange(len(items)), labels)
+    ax.set_xlabel("packs")
+    ax.set_title(f"top {len(items)} of {plan.num_strategies:,} strategies")
+    return ax
+
+
+def compare(table, ax=None):
+    """Efficiency by method, grouped by depth, from :func:`packlib.compare`'s table."""
+    ax = _axes(ax)
+    methods = list(dict.fromkeys(r.method for r in table))
+    depths = list(dict.fromkeys(r.depth for r in table))
+    width = 0.8 / max(len(methods), 1)
+    lookup = {(r.method, r.depth): r for r in table}
+    for k, m in enumerate(methods):
+        values = [100 * lookup[(m, d)].efficiency if (m, d) in lookup else np.nan for d in depths]
+        ax.bar(np.arange(len(depths)) + k * width, values, width=width, label=m)
+    ax.set_xticks(np.arange(len(depths)) + width * (len(methods) - 1) / 2,
+                  ["unlimited" if d is None else f"depth {d}" for d in depths])
+    finite = [100 * r.efficiency for r in table]
+    if finite:
+        ax.set_ylim(max(0.0, min(finite) - 2), 100.5)
+    ax.set_ylabel("efficiency (%)")
+    ax.legend()
+    ax.set_title("packing efficiency by method and depth")
+    return ax
