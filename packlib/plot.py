@@ -26,8 +26,20 @@ def _axes(ax):
     return ax
 
 
-def histogram(histogram, ax=None, *, label: str = "sequences", log: bool = False):
-    """Bar plot of a length histogram (``histogram[i]`` = count of length ``i + 1``)."""
+def _auto_log(values, log):
+    """``log=None``: a log scale when the largest bar would flatten the rest (> 20x the median)."""
+    if log is not None:
+        return log
+    nz = np.asarray(values, dtype=float)
+    nz = nz[nz > 0]
+    return bool(nz.size) and nz.max() > 20 * np.median(nz)
+
+
+def histogram(histogram, ax=None, *, label: str = "sequences", log: bool | None = None):
+    """Bar plot of a length histogram (``histogram[i]`` = count of length ``i + 1``).
+
+    ``log=None`` picks a log scale when one length dominates (as length 512 does on
+    Wikipedia, where long documents are cut to the max length)."""
     from ._validate import as_histogram
 
     h = as_histogram(histogram)
@@ -36,13 +48,13 @@ def histogram(histogram, ax=None, *, label: str = "sequences", log: bool = False
     ax.set_xlabel("sequence length (tokens)")
     ax.set_ylabel("count")
     ax.set_xlim(0, h.size + 1)
-    if log:
+    if _auto_log(h, log):
         ax.set_yscale("log")
     ax.set_title(f"{int(h.sum()):,} sequences, max length {h.size}")
     return ax
 
 
-def plan(plan, ax=None, *, log: bool = False):
+def plan(plan, ax=None, *, log: bool | None = None):
     """The plan's input lengths next to the tokens per pack it produces.
 
     Unpacked, every sequence is padded to ``L``; packed, the bars on the right show how
@@ -59,7 +71,7 @@ def plan(plan, ax=None, *, log: bool = False):
     ax.set_xlabel("tokens")
     ax.set_ylabel("count")
     ax.set_xlim(0, L + 1)
-    if log:
+    if _auto_log(np.concatenate([h, packed]), log):
         ax.set_yscale("log")
     depth = "unlimited" if plan.max_sequences_per_pack is None else plan.max_sequences_per_pack
     ax.set_title(f"{plan.method or 'plan'} (max {depth} per pack): {100 * plan.efficiency:.3f} % efficiency")
@@ -67,12 +79,15 @@ def plan(plan, ax=None, *, log: bool = False):
     return ax
 
 
-def strategies(plan, ax=None, *, top: int = 15):
+def strategies(plan, ax=None, *, top: int = 15, log: bool | None = None):
     """Horizontal bars of the ``top`` most used strategies and their pack counts."""
     ax = _axes(ax)
     items = plan.top_strategies(top)[::-1]
     labels = ["+".join(map(str, lengths)) for lengths, _ in items]
-    ax.barh(np.arange(len(items)), [c for _, c in items])
+    counts = [c for _, c in items]
+    ax.barh(np.arange(len(items)), counts)
+    if _auto_log(counts, log):
+        ax.set_xscale("log")
     ax.set_yticks(np.arange(len(items)), labels)
     ax.set_xlabel("packs")
     ax.set_title(f"top {len(items)} of {plan.num_strategies:,} strategies")
