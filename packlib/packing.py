@@ -82,6 +82,21 @@ class Packs:
             object.__setattr__(self, name, _readonly(value))
         object.__setattr__(self, "max_sequence_length", int(self.max_sequence_length))
 
+    @classmethod
+    def from_lists(cls, packs, lengths, max_sequence_length: int, max_sequences_per_pack: int | None = None) -> "Packs":
+        """Build packs from a list of lists of sample ids and the samples' lengths.
+
+        >>> Packs.from_lists([[0, 2], [1]], lengths=[3, 5, 2], max_sequence_length=5).to_list()
+        [[0, 2], [1]]
+        """
+        lens = np.asarray(lengths, dtype=np.int64)
+        sizes = np.array([len(p) for p in packs], dtype=np.int64)
+        offsets = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+        indices = np.array([i for p in packs for i in p], dtype=np.int64)
+        if indices.size and (indices.min() < 0 or indices.max() >= lens.size):
+            raise ValueError(f"sample ids must be in [0, {lens.size}) to index lengths")
+        return cls(offsets, indices, lens[indices], max_sequence_length, max_sequences_per_pack)
+
     # -- sizes and quality -------------------------------------------------------------
     @property
     def num_packs(self) -> int:

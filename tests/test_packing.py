@@ -350,6 +350,9 @@ def test_packs_access_and_reordering():
         packs[3]
     with pytest.raises(ValueError, match="pack ids"):
         packs.take([3])
+    assert Packs.from_lists(packs.to_list(), [4, 3, 2, 2, 1], 5).to_list() == packs.to_list()
+    with pytest.raises(ValueError, match="sample ids"):
+        Packs.from_lists([[5]], [1, 2], 5)
     bad = Packs(np.array([0, 2, 3]), np.array([0, 0, 1]), np.array([1, 1, 1]), 4)
     with pytest.raises(ValueError, match="sample 0 appears 2 times"):
         bad.validate()
@@ -386,3 +389,11 @@ print("ok")
     env = dict(__import__("os").environ, NUMBA_BOUNDSCHECK="1", NUMBA_CACHE_DIR=str(tmp_path))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-3000:]
+
+
+def test_docstring_examples():
+    import doctest
+
+    import packlib.packing
+
+    assert doctest.testmod(packlib.packing).failed == 0
