@@ -2,6 +2,7 @@
 
     python benchmarks/bench_packing.py            # full run (the scipy NNLS baseline takes ~30 s)
     python benchmarks/bench_packing.py --quick    # skip the slow baselines
+    python benchmarks/bench_packing.py --scaling  # NNLSHP time and packs against the max length L
 
 Every row times packlib and a straightforward implementation of the same recipe in the
 same process and prints the ratio: the machine is shared and noisy, ratios travel better
@@ -139,7 +140,10 @@ def compile_costs(tmp):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="skip the slow baselines (scipy NNLS on Wikipedia)")
+    ap.add_argument("--scaling", action="store_true", help="only the NNLSHP-vs-L table of docs/guide.md")
     args = ap.parse_args()
+    if args.scaling:
+        return scaling()
     h = packlib.datasets.wikipedia_512()
     L = h.size
     rows = []  # (what, packlib time, baseline time, baseline name, note)
@@ -196,6 +200,21 @@ def main():
     for label, ti, tf in costs:
         print(f"| {label} | {fmt(ti)} | {fmt(tf)} |")
     print(f"\nassign peak extra memory: {mem:.2f} int64 per sequence (its outputs alone are 2.5)")
+
+
+def scaling(max_lengths=(256, 512, 1024, 2048)):
+    """NNLSHP against L: 1 M lognormal lengths with median L/4 (sigma 0.9) at each L."""
+    print("| L | depth | nnls packs | lpfhp packs | tokens / L | nnls time |")
+    print("|---:|---|---:|---:|---:|---:|")
+    packlib.warmup()
+    for L in max_lengths:
+        x = np.random.default_rng(0).lognormal(np.log(L / 4), 0.9, 1_000_000)
+        h = packlib.histogram(np.clip(np.rint(x), 1, L).astype(np.int64), L)
+        for depth in (3, None):
+            t, plan = median_time(lambda: packlib.nnls_pack(h, depth), 1)
+            lp = packlib.lpfhp_pack(h, depth)
+            print(f"| {L} | {depth or 'unlimited'} | {plan.num_packs:,} | {lp.num_packs:,} | "
+                  f"{-(-plan.num_tokens // L):,} | {fmt(t)} |", flush=True)
 
 
 def assign_memory():
