@@ -87,23 +87,23 @@ def as_lengths(lengths, max_sequence_length: int, name: str = "lengths") -> np.n
     return arr
 
 
+def _as_int(value, name: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{name} must be a whole number >= {minimum}, got {value!r}")
+    value = int(value)
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
 def as_positive_int(value, name: str) -> int:
     """A whole number >= 1 (``True``/``False`` and floats are refused)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
-    value = int(value)
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value}")
-    return value
+    return _as_int(value, name, 1)
 
 
 def as_nonnegative_int(value, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ValueError(f"{name} must be a whole number >= 0, got {value!r}")
-    value = int(value)
-    if value < 0:
-        raise ValueError(f"{name} must be >= 0, got {value}")
-    return value
+    """A whole number >= 0 (``True``/``False`` and floats are refused)."""
+    return _as_int(value, name, 0)
 
 
 def as_depth(max_sequences_per_pack) -> int | None:

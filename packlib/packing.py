@@ -41,8 +41,24 @@ def _readonly(a: np.ndarray) -> np.ndarray:
 # --------------------------------------------------------------------------------------
 
 
+class _Figures:
+    """Figures shared by plans and packs; subclasses provide num_packs, num_tokens and
+    max_sequence_length."""
+
+    @property
+    def padding_tokens(self) -> int:
+        return self.num_packs * self.max_sequence_length - self.num_tokens
+
+    @property
+    def efficiency(self) -> float:
+        """Real tokens / (packs x max_sequence_length): the share of compute spent on real
+        tokens; 1.0 when there are no packs."""
+        slots = self.num_packs * self.max_sequence_length
+        return self.num_tokens / slots if slots else 1.0
+
+
 @dataclass(frozen=True, eq=False, repr=False)
-class Packs:
+class Packs(_Figures):
     """Sample ids grouped into packs, in CSR form.
 
     Pack ``p`` holds the samples ``indices[offsets[p]:offsets[p + 1]]``, whose lengths are
@@ -109,16 +125,6 @@ class Packs:
     @property
     def num_tokens(self) -> int:
         return int(self.lengths.sum())
-
-    @property
-    def padding_tokens(self) -> int:
-        return self.num_packs * self.max_sequence_length - self.num_tokens
-
-    @property
-    def efficiency(self) -> float:
-        """Real tokens / (packs x max_sequence_length); 1.0 when there are no packs."""
-        slots = self.num_packs * self.max_sequence_length
-        return self.num_tokens / slots if slots else 1.0
 
     @property
     def pack_sizes(self) -> np.ndarray:
@@ -215,7 +221,7 @@ class Packs:
 
 
 @dataclass(frozen=True, eq=False, repr=False)
-class PackingPlan:
+class PackingPlan(_Figures):
     """A histogram packing: strategies and how many packs use each.
 
     Attributes
@@ -282,16 +288,6 @@ class PackingPlan:
     @property
     def num_tokens(self) -> int:
         return int((self.strategies.sum(axis=1) * self.counts).sum())
-
-    @property
-    def padding_tokens(self) -> int:
-        return self.num_packs * self.max_sequence_length - self.num_tokens
-
-    @property
-    def efficiency(self) -> float:
-        """Real tokens / (packs x L): the share of compute spent on real tokens."""
-        slots = self.num_packs * self.max_sequence_length
-        return self.num_tokens / slots if slots else 1.0
 
     @property
     def speedup(self) -> float:

@@ -410,6 +410,22 @@ def nnls_histogram_pack(h, L, D, w, max_iterations):
 
 
 @jit
+def _underfilled_histogram(rows, counts, fill, threshold, sub):
+    """Histogram (into ``sub``) of the packs filled below ``threshold``; returns how many
+    packs are filled at least that much."""
+    sub[:] = 0
+    kept = 0
+    for g in range(counts.size):
+        if fill[g] < threshold:
+            for j in range(rows.shape[1]):
+                if rows[g, j] > 0:
+                    sub[rows[g, j] - 1] += counts[g]
+        else:
+            kept += counts[g]
+    return kept
+
+
+@jit
 def repack_underfilled(rows, counts, L, D):
     """Repack the packs filled below a threshold with LPFHP when that takes fewer packs.
 
@@ -429,17 +445,8 @@ def repack_underfilled(rows, counts, L, D):
     sub = np.zeros(L, np.int64)
     for k in range(5):
         threshold = L - (L >> (k + 1)) if k < 4 else L  # L/2, 3L/4, 7L/8, 15L/16, L
-        sub[:] = 0
-        kept = 0
-        for g in range(n):
-            if fill[g] < threshold:
-                for j in range(rows.shape[1]):
-                    if rows[g, j] > 0:
-                        sub[rows[g, j] - 1] += counts[g]
-            else:
-                kept += counts[g]
+        total = _underfilled_histogram(rows, counts, fill, threshold, sub)
         _, sub_counts = lpfhp(sub, L, D)
-        total = kept
         for g in range(sub_counts.size):
             total += sub_counts[g]
         if total < best_total:
@@ -447,14 +454,10 @@ def repack_underfilled(rows, counts, L, D):
             best_threshold = threshold
     if best_threshold < 0:
         return rows, counts
-    sub[:] = 0
+    _underfilled_histogram(rows, counts, fill, best_threshold, sub)
     n_kept = 0
     for g in range(n):
-        if fill[g] < best_threshold:
-            for j in range(rows.shape[1]):
-                if rows[g, j] > 0:
-                    sub[rows[g, j] - 1] += counts[g]
-        else:
+        if fill[g] >= best_threshold:
             n_kept += 1
     sub_rows, sub_counts = lpfhp(sub, L, D)
     width = max(rows.shape[1], sub_rows.shape[1])
