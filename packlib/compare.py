@@ -61,7 +61,10 @@ class ComparisonTable(list):
     columns = ("method", "depth", "packs", "efficiency", "speed-up", "of limit", "gap to bound", "time")
 
     def _cells(self, row: ComparisonRow) -> list[str]:
-        gap = "" if row.gap is None else f"{row.gap:,} ({100 * row.gap / row.lower_bound:.3f} %)" if row.lower_bound else f"{row.gap:,}"
+        gap = "" if row.gap is None else f"{row.gap:,}"
+        if row.gap and row.lower_bound:
+            pct = 100 * row.gap / row.lower_bound
+            gap += f" ({pct:.3f} %)" if pct >= 0.001 else " (<0.001 %)"
         return [
             row.method,
             row.depth_label,
@@ -157,12 +160,16 @@ def compare(
                 packer(tiny, d)
     table = ComparisonTable()
     for d in depths:
-        bound = _lower_bound_or_none(h, d, max_sequence_length)
+        plans, seconds = {}, {}
         for m, packer in packers.items():
             t0 = time.perf_counter()
-            plan = packer(h, d, max_sequence_length=max_sequence_length)
-            dt = time.perf_counter() - t0
-            lb = plan.lower_bound if plan.lower_bound is not None else bound
+            plans[m] = packer(h, d, max_sequence_length=max_sequence_length)
+            seconds[m] = time.perf_counter() - t0
+        # a plan that carries a proven bound (optimal_pack) saves computing it again
+        bound = next((p.lower_bound for p in plans.values() if p.lower_bound is not None), None)
+        if bound is None:
+            bound = _lower_bound_or_none(h, d, max_sequence_length)
+        for m, plan in plans.items():
             table.append(
                 ComparisonRow(
                     method=m,
@@ -171,9 +178,9 @@ def compare(
                     efficiency=plan.efficiency,
                     speedup=plan.speedup,
                     speedup_limit=plan.speedup_limit,
-                    lower_bound=lb,
-                    gap=None if lb is None else plan.num_packs - lb,
-                    seconds=dt,
+                    lower_bound=bound,
+                    gap=None if bound is None else plan.num_packs - bound,
+                    seconds=seconds[m],
                 )
             )
     return table

@@ -1,0 +1,173 @@
+"""Kernels of the near-optimal histogram packer (:mod:`packlib.optimal`).
+
+- :func:`price`: the pricing problem of Gilmore-Gomory column generation. Given a value
+  ``y[l-1]`` per length and a cap on the copies of each length one pack may hold, it finds,
+  for every length ``a``, the most valuable pack whose longest sequence is ``a`` (at most
+  ``D`` sequences, at most ``L`` tokens). One dynamic programme over (lengths in ascending
+  order, sequences used, tokens used) gives all of them, so a pricing round can add up to
+  one improving column per length instead of one in total. With integer-valued ``y`` below
+  2**45 every value the DP forms is an exact float64 integer, which is how the public code
+  certifies its lower bound.
+- :func:`round_columns`: round an LP solution down and take surplus copies out of the
+  rounded packs, so that they cover at most the histogram; returns the residual.
+"""
+import numpy as np
+
+from .._jit import jit
+
+
+@jit
+def price(y, caps, L, D, threshold, width, want_rows):
+    """Best pack per longest length for values ``y`` (float64 ``(L,)``).
+
+    Parameters: ``caps[l-1]`` most copies of length ``l`` in one pack (0: not allowed);
+    ``D`` most sequences per pack, or ``0`` for unlimited; ``threshold``: only packs worth
+    more than this are returned; ``width``: most sequences any pack can hold (row width);
+    ``want_rows``: build the packs (needs ``n_lengths * (D+1) * (L+1)`` bytes, and then at
+    most 255 copies of one length are considered); ``False`` only computes ``best``, exactly.
+
+    Returns ``(best, values, rows)``: the value of the best pack overall, and one row of
+    lengths (descending, zero-padded to ``width``) per returned pack with its value.
+    """
+    ncard = D + 1 if D > 0 else 1
+    top = D if D > 0 else 0
+    # the lengths that may take part, ascending
+    n = 0
+    for l in range(1, L + 1):
+        if caps[l - 1] > 0 and y[l - 1] > 0.0:
+            n += 1
+    lens = np.empty(n, np.int64)
+    j = 0
+    for l in range(1, L + 1):
+        if caps[l - 1] > 0 and y[l - 1] > 0.0:
+            lens[j] = l
+            j += 1
+    # g[c, s]: best value of a pack of at most c sequences and at most s tokens (c ignored
+    # when unlimited); choice[j, c, s]: copies of lens[j] in that optimum
+    g = np.zeros((ncard, L + 1), np.float64)
+    if want_rows:
+        choice = np.zeros((n, ncard, L + 1), np.uint8)
+    else:
+        choice = np.zeros((1, 1, 1), np.uint8)
+    best_with = np.full(n, -1.0)
+    k_with = np.zeros(n, np.int64)
+    for j in range(n):
+        l = lens[j]
+        v = y[l - 1]
+        cap = min(caps[l - 1], 255) if want_rows else caps[l - 1]
+        # value of the best pack whose longest length is l: k >= 1 copies on top of g
+        bw = -1.0
+        bk = 0
+        for k in range(1, cap + 1):
+            if k * l > L or (D > 0 and k > top):
+                break
+            c0 = top - k if D > 0 else 0
+            cand = g[c0, L - k * l] + k * v
+            if cand > bw:
+                bw = cand
+                bk = k
+        best_with[j] = bw
+        k_with[j] = bk
+        # in-place update: c and s descending, so g[c-k, s-k*l] is still the old value
+        for c in range(ncard - 1, -1, -1):
+            if D > 0 and c == 0:
+                break
+            for s in range(L, l - 1, -1):
+                cur = g[c, s]
+                ck = 0
+                for k in range(1, cap + 1):
+                    if k * l > s or (D > 0 and k > c):
+                        break
+                    cand = g[c - k if D > 0 else 0, s - k * l] + k * v
+                    if cand > cur:
+                        cur = cand
+                        ck = k
+                if ck > 0:
+                    g[c, s] = cur
+                    if want_rows:
+                        choice[j, c, s] = ck
+    best = g[top, L]
+    m = 0
+    for j in range(n):
+        if want_rows and best_with[j] > threshold:
+            m += 1
+    values = np.empty(m, np.float64)
+    rows = np.zeros((m, width), np.int64)
+    i = 0
+    for j in range(n - 1, -1, -1):  # longest first
+        if not want_rows or best_with[j] <= threshold:
+            continue
+        values[i] = best_with[j]
+        k = k_with[j]
+        w = 0
+        for _ in range(k):
+            rows[i, w] = lens[j]
+            w += 1
+        c = top - k if D > 0 else 0
+        s = L - k * lens[j]
+        for jj in range(j - 1, -1, -1):
+            kk = choice[jj, c, s]
+            for _ in range(kk):
+                rows[i, w] = lens[jj]
+                w += 1
+            if D > 0:
+                c -= kk
+            s -= kk * lens[jj]
+        i += 1
+    return best, values, rows
+
+
+@jit
+def round_columns(rows, x, h):
+    """Round the LP solution ``x`` (float64, one per row of lengths) down to whole packs
+    covering at most ``h``.
+
+    Surplus copies (where the rounded packs cover a length more often than ``h`` counts
+    it) are taken out of the packs that use the most of the length, one group at a time,
+    splitting a group when only part of it must give up a copy. Returns
+    ``(rows, counts, residual)``: the rounded packs (possibly with new, thinner rows) and
+    the histogram they leave uncovered.
+    """
+    S, W = rows.shape
+    L = h.size
+    counts = np.empty(S, np.int64)
+    for p in range(S):
+        counts[p] = np.int64(np.floor(x[p] + 1e-9)) if x[p] > 0.0 else 0
+    cover = np.zeros(L, np.int64)
+    for p in range(S):
+        for w in range(W):
+            if rows[p, w] > 0:
+                cover[rows[p, w] - 1] += counts[p]
+    # each length splits at most one group (the last one it takes copies from)
+    out = np.zeros((S + L, W), np.int64)
+    out_counts = np.zeros(S + L, np.int64)
+    out[:S] = rows
+    out_counts[:S] = counts
+    n_out = S
+    for l in range(1, L + 1):
+        surplus = cover[l - 1] - h[l - 1]
+        p = 0
+        while surplus > 0 and p < n_out:
+            if out_counts[p] > 0:
+                # remove one copy of l from up to `surplus` packs of this group
+                pos = -1
+                for w in range(W):
+                    if out[p, w] == l:
+                        pos = w
+                if pos >= 0:
+                    take = min(out_counts[p], surplus)
+                    if take < out_counts[p]:
+                        out[n_out] = out[p]
+                        out_counts[n_out] = out_counts[p] - take
+                        out_counts[p] = take
+                        n_out += 1
+                    out[p, pos] = 0
+                    surplus -= take
+                    continue  # the same group may hold further copies of l
+            p += 1
+    residual = h.copy()
+    for p in range(n_out):
+        for w in range(W):
+            if out[p, w] > 0:
+                residual[out[p, w] - 1] -= out_counts[p]
+    return out[:n_out], out_counts[:n_out], residual

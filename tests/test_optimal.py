@@ -1,0 +1,348 @@
+"""Tests of packlib.optimal: certified lower bounds and near-optimal histogram packing."""
+import math
+from functools import lru_cache
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import packlib
+from packlib import LowerBound, PackingPlan
+from packlib._kernels.optimal import price, round_columns
+
+WIKI = packlib.datasets.wikipedia_512()
+DEPTHS = st.one_of(st.none(), st.integers(1, 6))
+
+
+def check_plan(plan: PackingPlan, h, depth):
+    h = np.asarray(h)
+    L = len(h)
+    assert np.array_equal(plan.histogram(), h), "every sequence exactly once"
+    s = plan.strategies
+    assert (s.sum(axis=1) <= L).all(), "no pack over the max length"
+    if depth is not None:
+        assert s.shape[1] <= depth, "no pack over the depth"
+    assert (plan.counts > 0).all()
+    assert plan.method == "optimal"
+    assert plan.lower_bound is not None and plan.gap == plan.num_packs - plan.lower_bound >= 0
+    assert plan.lower_bound == plan.info["bound"].bound
+
+
+# ------------------------------------------------------------- plain-Python references
+
+
+def patterns(h, depth):
+    """Every pattern (multiset of present lengths, no more copies than h has, at most depth
+    items, at most L tokens), as tuples of lengths (descending)."""
+    L = len(h)
+    present = [l for l in range(L, 0, -1) if h[l - 1] > 0]
+    out = []
+
+    def rec(start, room, left, cur):
+        if cur:
+            out.append(tuple(cur))
+        if left == 0:
+            return
+        for i in range(start, len(present)):
+            l = present[i]
+            if l <= room and cur.count(l) < h[l - 1]:
+                rec(i, room - l, left - 1, cur + [l])
+
+    rec(0, L, L if depth is None else depth, [])
+    return out
+
+
+def exact_optimum(h, depth):
+    """Fewest packs, by memoised search over the remaining multiset (tiny inputs only):
+    some pack holds the longest remaining sequence, so try every pattern that contains it."""
+    L = len(h)
+
+    @lru_cache(maxsize=None)
+    def best(state):
+        if not any(state):
+            return 0
+        top = max(l for l in range(1, L + 1) if state[l - 1])
+        res = math.inf
+        for p in patterns(list(state), depth):
+            if p[0] == top:
+                nxt = list(state)
+                for l in p:
+                    nxt[l - 1] -= 1
+                res = min(res, 1 + best(tuple(nxt)))
+        return res
+
+    return best(tuple(int(c) for c in h))
+
+
+def exact_lp(h, depth):
+    """The cutting-stock LP over all patterns (small inputs only)."""
+    from scipy.optimize import linprog
+
+    pats = patterns(h, depth)
+    present = [l for l in range(1, len(h) + 1) if h[l - 1]]
+    if not present:
+        return 0.0
+    A = np.array([[p.count(l) for p in pats] for l in present], dtype=float)
+    res = linprog(np.ones(len(pats)), A_ub=-A, b_ub=-np.array([h[l - 1] for l in present], float), method="highs")
+    assert res.status == 0
+    return res.fun
+
+
+@st.composite
+def tiny_histograms(draw):
+    L = draw(st.integers(1, 12))
+    n_items = draw(st.integers(0, 7))
+    lengths = draw(st.lists(st.integers(1, L), min_size=n_items, max_size=n_items))
+    return np.bincount(np.array(lengths, dtype=np.int64), minlength=L + 1)[1:].astype(np.int64)
+
+
+@st.composite
+def small_histograms(draw, max_len=40, max_count=30):
+    L = draw(st.integers(1, max_len))
+    counts = draw(st.lists(st.integers(0, max_count), min_size=L, max_size=L))
+    return np.array(counts, dtype=np.int64)
+
+
+@st.composite
+def large_histograms(draw):
+    """Lengths 1..L for L up to 1024, counts up to 10**7, a few dozen distinct lengths."""
+    L = draw(st.integers(1, 1024))
+    k = draw(st.integers(1, min(L, 40)))
+    lengths = draw(st.lists(st.integers(1, L), min_size=k, max_size=k, unique=True))
+    counts = draw(st.lists(st.integers(1, 10**7), min_size=k, max_size=k))
+    h = np.zeros(L, dtype=np.int64)
+    h[np.array(lengths) - 1] = counts
+    return h
+
+
+# ------------------------------------------------------------------------------ bounds
+
+
+@given(tiny_histograms(), DEPTHS)
+@settings(max_examples=40)
+def test_bound_and_plan_bracket_the_exact_optimum(h, depth):
+    opt = exact_optimum(h, depth)
+    lb = packlib.lower_bound(h, depth)
+    plan = packlib.optimal_pack(h, depth)
+    check_plan(plan, h, depth)
+    assert lb.bound <= opt <= plan.num_packs
+    assert plan.lower_bound <= opt
+
+
+@given(small_histograms(max_len=14, max_count=4), DEPTHS)
+@settings(max_examples=25)
+def test_lp_bound_is_the_ceiling_of_the_exact_lp(h, depth):
+    lp = exact_lp(h, depth)
+    lb = packlib.lower_bound(h, depth)
+    assert lb.lp_converged
+    assert math.ceil(lp - 1e-6) <= lb.lp_bound <= math.ceil(lp + 1e-6)
+    if lb.info["lp"] == "solved":
+        assert abs(lb.lp_value - lp) <= 1e-6 * max(1.0, lp)
+    else:  # stopped once the ceiling was proven: the last LP is above the optimum
+        assert lb.info["lp"] == "ceiling proven" and lb.lp_value >= lp - 1e-6
+    assert lb.bound == max(lb.lp_bound, lb.trivial_bound, lb.large_items_bound, lb.cardinality_bound)
+
+
+@given(small_histograms(), DEPTHS)
+@settings(max_examples=20)
+def test_simple_bounds(h, depth):
+    lb = packlib.lower_bound(h, depth)
+    L = len(h)
+    tokens = int((h * np.arange(1, L + 1)).sum())
+    assert lb.trivial_bound == -(-tokens // L)
+    assert lb.large_items_bound == int(h[(np.arange(1, L + 1) * 2) > L].sum())
+    assert lb.cardinality_bound == (0 if depth is None else -(-int(h.sum()) // depth))
+    assert lb.bound >= max(lb.trivial_bound, lb.large_items_bound, lb.cardinality_bound)
+
+
+# ------------------------------------------------------------------------------- plans
+
+
+@given(large_histograms(), DEPTHS)
+@settings(max_examples=12)
+def test_large_random_histograms(h, depth):
+    plan = packlib.optimal_pack(h, depth)
+    check_plan(plan, h, depth)
+    for pack in (packlib.spfhp_pack, packlib.lpfhp_pack):
+        packs = pack(h, depth).num_packs
+        assert plan.lower_bound <= packs and plan.num_packs <= packs
+    for name, packs in plan.info["heuristics"].items():
+        assert plan.lower_bound <= packs and plan.num_packs <= packs, name
+
+
+@given(small_histograms(max_len=64, max_count=200), DEPTHS)
+@settings(max_examples=20)
+def test_never_worse_than_the_heuristics(h, depth):
+    plan = packlib.optimal_pack(h, depth)
+    check_plan(plan, h, depth)
+    for pack in (packlib.spfhp_pack, packlib.lpfhp_pack, packlib.nnls_pack):
+        other = pack(h, depth)
+        assert plan.lower_bound <= other.num_packs
+        assert plan.num_packs <= other.num_packs, pack.__name__
+
+
+def test_max_sequence_length_pads_the_histogram():
+    h = [0, 0, 0, 4, 0, 3]
+    a = packlib.optimal_pack(h, 3, max_sequence_length=10)
+    check_plan(a, np.array(h + [0] * 4), 3)
+    assert a.max_sequence_length == 10
+    assert packlib.lower_bound(h, 3, max_sequence_length=10).bound == a.lower_bound
+
+
+def test_empty_histogram():
+    plan = packlib.optimal_pack([0, 0, 0], 2)
+    assert plan.num_packs == 0 and plan.lower_bound == 0 and plan.gap == 0
+    lb = packlib.lower_bound([0, 0, 0], None)
+    assert lb.bound == lb.lp_bound == 0 and lb.lp_converged
+
+
+def test_small_known_answer():
+    # L = 10: three 6s, three 4s, three 3s -> (6,4) x3 and (3,3,3)+... depth 3: 4 packs
+    h = np.zeros(10, np.int64)
+    h[[5, 3, 2]] = 3
+    assert exact_optimum(h, 3) == 4
+    plan = packlib.optimal_pack(h, 3)
+    assert plan.num_packs == 4 and plan.lower_bound == 4 and plan.gap == 0
+    # depth 1: one pack per sequence
+    assert packlib.optimal_pack(h, 1).num_packs == 9 == packlib.lower_bound(h, 1).bound
+
+
+# ---------------------------------------------------------------------------- time limit
+
+
+@pytest.mark.parametrize("bad", [0, -1, 0.0, float("nan"), True, "1", [1]])
+def test_bad_time_limit(bad):
+    with pytest.raises(ValueError, match="time_limit"):
+        packlib.optimal_pack([1, 2, 3], 2, time_limit=bad)
+
+
+def test_tiny_time_limit_still_returns_a_valid_plan():
+    rng = np.random.default_rng(3)
+    h = rng.integers(0, 1000, 256)
+    plan = packlib.optimal_pack(h, 3, time_limit=1e-6)
+    check_plan(plan, h, 3)
+    full = packlib.lower_bound(h, 3)
+    assert plan.lower_bound <= full.bound  # still a valid (maybe weaker) bound
+
+
+@pytest.mark.parametrize("bad", [np.array([[1, 2]]), [-1, 2], [1.5, 2], []])
+def test_bad_histogram(bad):
+    with pytest.raises(ValueError):
+        packlib.optimal_pack(bad, 2)
+    with pytest.raises(ValueError):
+        packlib.lower_bound(bad, 2)
+
+
+def test_bad_depth_and_length():
+    with pytest.raises(ValueError, match="max_sequences_per_pack"):
+        packlib.lower_bound([1, 2], 0)
+    with pytest.raises(ValueError, match="max_sequence_length"):
+        packlib.optimal_pack([1, 2, 3], 2, max_sequence_length=2)
+
+
+# ------------------------------------------------------------------------- result type
+
+
+def test_lower_bound_result_type():
+    h = np.zeros(10, np.int64)
+    h[[5, 3, 2]] = 3
+    lb = packlib.lower_bound(h, 3)
+    assert isinstance(lb, LowerBound) and int(lb) == lb.bound == 4
+    d = lb.to_dict()
+    assert d["bound"] == 4 and d["max_sequence_length"] == 10 and d["max_sequences_per_pack"] == 3
+    assert set(d) >= {"lp_bound", "lp_value", "trivial_bound", "large_items_bound", "cardinality_bound"}
+    assert "LowerBound(4 packs" in repr(lb) and "LP 4" in repr(lb)
+    with pytest.raises(Exception):
+        lb.bound = 3
+    import json
+
+    json.dumps(d)
+
+
+# ---------------------------------------------------------------------------- kernels
+
+
+@given(small_histograms(max_len=14, max_count=3), DEPTHS, st.integers(0, 2**32 - 1))
+@settings(max_examples=30)
+def test_price_kernel_matches_enumeration(h, depth, seed):
+    from packlib.optimal import _caps, _kernel_depth, _max_items
+
+    L = len(h)
+    y = np.random.default_rng(seed).random(L)
+    pats = patterns(h, depth)
+    if not pats:
+        return
+    caps = _caps(h, L, depth)
+    fit = _max_items(caps, L)
+    width = fit if depth is None else min(fit, depth)
+    kd = _kernel_depth(depth, fit)
+    value = {p: sum(y[l - 1] for l in p) for p in pats}
+    best_ref = max(value.values())
+    best, values, rows = price(y, caps, L, kd, -1.0, width, True)
+    best2, _, _ = price(y, caps, L, kd, -1.0, width, False)
+    assert best == pytest.approx(best_ref) and best2 == pytest.approx(best_ref)
+    # one row per present length: the best pattern whose longest length it is
+    assert rows.shape[0] == int((h > 0).sum())
+    for v, row in zip(values, rows):
+        p = tuple(int(l) for l in row if l)
+        assert p in value and v == pytest.approx(value[p])
+        assert v == pytest.approx(max(val for q, val in value.items() if q[0] == p[0]))
+
+
+@given(small_histograms(max_len=12, max_count=20), st.integers(1, 4), st.integers(0, 2**32 - 1))
+@settings(max_examples=30)
+def test_round_columns_covers_at_most_the_histogram(h, depth, seed):
+    rng = np.random.default_rng(seed)
+    pats = patterns(np.minimum(h, depth), depth)
+    if not pats:
+        return
+    rows = np.zeros((len(pats), depth), np.int64)
+    for i, p in enumerate(pats):
+        rows[i, : len(p)] = p
+    x = rng.random(len(pats)) * 3 * rng.integers(0, 2, len(pats))
+    out, counts, residual = round_columns(rows, x, h)
+    covered = np.zeros(len(h), np.int64)
+    for r, c in zip(out, counts):
+        for l in r[r > 0]:
+            covered[l - 1] += c
+    assert (residual >= 0).all() and np.array_equal(covered + residual, h)
+    assert counts.sum() <= np.floor(x + 1e-9).sum()
+
+
+# ------------------------------------------------------------------- known answers
+
+
+def test_wikipedia_depth_3():
+    plan = packlib.optimal_pack(WIKI, 3)
+    check_plan(plan, WIKI, 3)
+    assert plan.lower_bound == 8_143_829  # the arc-flow LP bound of the reference
+    assert plan.num_packs <= 8_143_860
+    assert plan.num_packs <= 8_144_341  # our NNLSHP
+    lb = packlib.lower_bound(WIKI, 3)
+    assert lb.lp_bound == 8_143_829 and lb.lp_value == pytest.approx(8_143_828.857, abs=1e-3)
+
+
+def test_wikipedia_unlimited_and_depth_2():
+    plan = packlib.optimal_pack(WIKI, None)
+    check_plan(plan, WIKI, None)
+    assert plan.lower_bound == 8_135_727 and plan.num_packs <= 8_135_728
+    plan2 = packlib.optimal_pack(WIKI, 2)
+    check_plan(plan2, WIKI, 2)
+    assert plan2.num_packs == 10_099_081 == plan2.lower_bound
+    assert packlib.lower_bound(WIKI, 2).lp_bound == 10_099_081
+
+
+def test_linprog_fallback_gives_the_same_bound(monkeypatch):
+    """Without scipy's private HiGHS bindings, each round is a cold linprog solve."""
+    import packlib.optimal
+
+    rng = np.random.default_rng(7)
+    h = rng.integers(0, 50, 40) * (rng.random(40) < 0.5)
+    fast = packlib.lower_bound(h, 3)
+    monkeypatch.setattr(packlib.optimal, "_USE_HIGHS_BINDINGS", False)
+    slow = packlib.lower_bound(h, 3)
+    assert slow.lp_bound == fast.lp_bound and slow.lp_value == pytest.approx(fast.lp_value)
+    assert abs(slow.lp_value - exact_lp(h, 3)) <= 1e-6 * max(1.0, slow.lp_value)
+    plan = packlib.optimal_pack(h, 3)
+    check_plan(plan, h, 3)
