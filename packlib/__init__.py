@@ -39,6 +39,8 @@ _EXPORTS = {
     "BucketedReadaheadBatchIterator": "bucketing",
     "bucket": "bucketing",
     "pack_stream": "bucketing",
+    "Batches": "bucketing",
+    "PackStream": "bucketing",
     "compare": "compare",
     "ComparisonTable": "compare",
 }
@@ -67,7 +69,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
     from . import datasets, formats, plot  # noqa: F401
     from ._warmup import warmup  # noqa: F401
     from .blending import BlendedIndex, blend, blend_exhaustive  # noqa: F401
-    from .bucketing import BucketedReadaheadBatchIterator, bucket, pack_stream  # noqa: F401
+    from .bucketing import Batches, BucketedReadaheadBatchIterator, PackStream, bucket, pack_stream  # noqa: F401
     from .compare import ComparisonTable, compare  # noqa: F401
     from .optimal import LowerBound, lower_bound, optimal_pack  # noqa: F401
     from .packing import (  # noqa: F401

@@ -31,4 +31,9 @@ def warmup(verbose: bool = False) -> float:
     nnls_pack(h, None)
     ffd_pack(lengths, h.size)
     bfd_pack(lengths, h.size)
+    from .bucketing import BucketedReadaheadBatchIterator, bucket
+
+    bucket(lengths, 4, batch_size=2)
+    bucket(lengths, 4, max_tokens=h.size)
+    list(BucketedReadaheadBatchIterator(list(range(2000)), 2000, key=lambda x: x % 7, batch_size=1))
     return time.perf_counter() - t0
