@@ -1,0 +1,167 @@
+"""Cerebras-style HDF5 files for GPT training (needs the ``hdf5`` extra: ``h5py``).
+
+Classic files: attribute ``n_examples`` on the file and one dataset ``data`` of shape
+``(n_examples, 3, L)``, dtype ``i4``, rows ``[input_ids, attention_mask, labels]``, one
+document per example: ``input_ids = tokens[:-1]`` and ``labels = tokens[1:]``, padded with
+``pad_id``; ``attention_mask`` is 1 on real positions (it is really a loss mask).
+
+Packed files: ``data`` of shape ``(n, 5, L)``, rows ``[input_ids, input_mask, labels,
+attention_span, position_ids]``; several documents per example, as given by a
+:class:`packlib.Packs` over the documents' *contributed* lengths (``len(doc) - 1``).
+``position_ids`` restart at 0 per document and ``attention_span`` counts down to each
+document's end, so key ``k`` is visible to query ``q`` iff ``0 <= q - k <= attention_span[k]``.
+
+Both are written with ``chunks=(1, rows, L)`` and gzip: one example per chunk, so a random
+read decompresses one example, not everything before it.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from .._validate import as_int_array, as_positive_int
+
+__all__ = ["write_hdf5", "read_hdf5"]
+
+CLASSIC_ROWS = ("input_ids", "attention_mask", "labels")
+PACKED_ROWS = ("input_ids", "input_mask", "labels", "attention_span", "position_ids")
+
+
+def _h5py():
+    try:
+        import h5py
+    except ImportError:  # pragma: no cover
+        raise ImportError("HDF5 files need h5py: pip install 'packlib[hdf5]'") from None
+    return h5py
+
+
+def _documents(tokens, doc_offsets):
+    tok = as_int_array(tokens, "tokens")
+    off = as_int_array(doc_offsets, "doc_offsets", allow_empty=False)
+    if off[0] != 0 or off[-1] != tok.size or (np.diff(off) < 2).any():
+        raise ValueError("doc_offsets must start at 0, end at len(tokens), and give every document >= 2 tokens "
+                         "(a document of n tokens gives n - 1 inputs and labels)")
+    if tok.size and (tok.min() < -(2**31) or tok.max() > 2**31 - 1):
+        raise ValueError("token ids must fit in int32 (dtype i4)")
+    return tok, off
+
+
+def _packed_rows(tok, off, packs, a, b, L, pad_id):
+    """Rows ``[input_ids, input_mask, labels, attention_span, position_ids]`` for packs a..b-1."""
+    o = packs.offsets
+    docs = packs.indices[o[a]:o[b]]
+    n = np.diff(off)[docs] - 1                        # contributed tokens per document
+    sizes = np.diff(o[a:b + 1])
+    row = np.repeat(np.arange(b - a), sizes)
+    row_start = np.concatenate(([0], np.cumsum(n)))[:-1]
+    first_of_row = np.concatenate(([0], np.cumsum(sizes)))[:-1]
+    start_in_row = row_start - np.repeat(np.concatenate((row_start, [0]))[first_of_row], sizes)
+    out = np.zeros((b - a, 5, L), dtype=np.int32)
+    out[:, 0, :] = pad_id
+    out[:, 2, :] = pad_id
+    if n.size:
+        tok_row = np.repeat(row, n)
+        pos = np.arange(int(n.sum())) - np.repeat(row_start, n)          # position within document
+        col = np.repeat(start_in_row, n) + pos
+        src = np.repeat(off[docs], n) + pos                              # token index in tokens
+        out[tok_row, 0, col] = tok[src]
+        out[tok_row, 1, col] = 1
+        out[tok_row, 2, col] = tok[src + 1]
+        out[tok_row, 3, col] = np.repeat(n, n) - 1 - pos
+        out[tok_row, 4, col] = pos
+    return out
+
+
+def write_hdf5(path, tokens, doc_offsets, packs=None, *, max_sequence_length: int, pad_id: int = 0,
+               compression: str | None = "gzip", chunk_rows: int = 4096) -> int:
+    """Write documents as a Cerebras-style HDF5 file; returns the number of examples.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        Output file (``.h5``).
+    tokens : 1-D int array
+        All documents' token ids laid end to end.
+    doc_offsets : 1-D int array, shape ``(D + 1,)``
+        Document ``d`` is ``tokens[doc_offsets[d]:doc_offsets[d+1]]`` (at least 2 tokens).
+    packs : packlib.Packs, optional
+        Packs of document ids whose ``lengths`` are the documents' lengths minus one (e.g.
+        ``packlib.ffd_pack(np.diff(doc_offsets) - 1, L)``). Without it, a classic file with
+        one document per example is written.
+    max_sequence_length : int
+        ``L``, the example width.
+    pad_id : int, default 0
+    compression : "gzip" or None
+
+    Raises
+    ------
+    ValueError
+        If a document (or a pack) does not fit in ``L``, or the packs do not cover every
+        document exactly once with the right lengths.
+    """
+    h5py = _h5py()
+    tok, off = _documents(tokens, doc_offsets)
+    L = as_positive_int(max_sequence_length, "max_sequence_length")
+    contributed = np.diff(off) - 1
+    if packs is None:
+        if contributed.size and contributed.max() > L:
+            d = int(np.argmax(contributed))
+            raise ValueError(f"document {d} has {contributed[d] + 1} tokens > max_sequence_length + 1 = {L + 1}; split it first")
+        rows, n = 3, contributed.size
+    else:
+        if packs.max_sequence_length > L:
+            raise ValueError(f"packs were built for max_sequence_length {packs.max_sequence_length} > {L}")
+        packs.validate(contributed.size)
+        if not np.array_equal(packs.lengths, contributed[packs.indices]):
+            raise ValueError("packs.lengths must be the documents' lengths minus one (the tokens each contributes)")
+        rows, n = 5, packs.num_packs
+    tmp = f"{os.fspath(path)}.tmp{os.getpid()}"
+    try:
+        with h5py.File(tmp, "w") as f:
+            f.attrs["n_examples"] = n
+            kw = dict(compression=compression) if compression else {}
+            ds = f.create_dataset("data", shape=(n, rows, L), dtype="i4", chunks=(1, rows, L) if n else None, **kw)
+            for a in range(0, n, chunk_rows):
+                b = min(n, a + chunk_rows)
+                if packs is None:
+                    block = np.full((b - a, 3, L), pad_id, dtype=np.int32)
+                    block[:, 1, :] = 0
+                    ln = contributed[a:b]
+                    mask = np.arange(L)[None, :] < ln[:, None]
+                    src = np.repeat(off[a:b], ln) + (np.arange(int(ln.sum())) - np.repeat(np.concatenate(([0], np.cumsum(ln)))[:-1], ln))
+                    block[:, 0, :][mask] = tok[src]
+                    block[:, 1, :][mask] = 1
+                    block[:, 2, :][mask] = tok[src + 1]
+                else:
+                    block = _packed_rows(tok, off, packs, a, b, L, pad_id)
+                ds[a:b] = block
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return int(n)
+
+
+def read_hdf5(path, start: int = 0, stop: int | None = None) -> dict:
+    """Read examples ``start .. stop-1`` of a Cerebras-style file.
+
+    Returns
+    -------
+    dict
+        ``n_examples`` and one ``(n, L)`` int32 array per row name (``CLASSIC_ROWS`` or
+        ``PACKED_ROWS``, told apart by the number of rows), plus ``data`` itself.
+    """
+    h5py = _h5py()
+    with h5py.File(path, "r") as f:
+        if "data" not in f or f["data"].ndim != 3 or f["data"].shape[1] not in (3, 5):
+            raise ValueError(f"{path}: not a Cerebras-style file (need dataset 'data' of shape (n, 3 or 5, L))")
+        ds = f["data"]
+        n = int(f.attrs.get("n_examples", ds.shape[0]))
+        if n != ds.shape[0]:
+            raise ValueError(f"{path}: n_examples = {n} but data holds {ds.shape[0]} examples")
+        data = ds[start:stop]
+    names = CLASSIC_ROWS if data.shape[1] == 3 else PACKED_ROWS
+    out = {"n_examples": n, "data": data}
+    out.update({name: data[:, i, :] for i, name in enumerate(names)})
+    return out

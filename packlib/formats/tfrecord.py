@@ -1,0 +1,300 @@
+"""TFRecord files without TensorFlow.
+
+Each record is ``uint64 length`` (little-endian), ``uint32 masked_crc32c(length)``,
+``data[length]``, ``uint32 masked_crc32c(data)``; records are simply concatenated. The
+reader checks both CRCs of every record and raises ``ValueError`` naming the file, the
+record number and the byte offset on any damage. ``compression="gzip"`` compresses the
+whole stream, as TensorFlow's ``GZIP`` option does.
+
+CRC-32C comes from the ``crc32c`` or ``google-crc32c`` package when one is installed (about
+10 GB/s); otherwise from a numba slicing-by-8 kernel (about 2 GB/s on one core).
+"""
+from __future__ import annotations
+
+import gzip
+import os
+from dataclasses import dataclass
+from typing import Iterable, Iterator
+
+import numpy as np
+
+__all__ = [
+    "crc32c",
+    "masked_crc32c",
+    "Records",
+    "read_tfrecord",
+    "iter_tfrecord",
+    "write_tfrecord",
+    "frame_records",
+    "parse_tfrecord_bytes",
+    "crc_backend",
+    "TFRecordWriter",
+]
+
+_MASK_DELTA = 0xA282EAD8
+
+
+def _c_crc():
+    """A C CRC-32C taking any buffer, or None."""
+    try:
+        import crc32c as _crc32c_mod
+
+        return _crc32c_mod.crc32c
+    except ImportError:
+        pass
+    try:
+        import google_crc32c
+
+        if google_crc32c.implementation == "c":
+            return lambda data: google_crc32c.value(bytes(data))
+    except ImportError:
+        pass
+    return None
+
+
+_BACKEND = {}
+
+
+def crc_backend(name: str = "auto"):
+    """Return ``(name, function)`` for a CRC-32C backend: ``"c"`` (the ``crc32c`` or
+    ``google-crc32c`` package), ``"numba"`` (the built-in kernel) or ``"auto"`` (C if
+    installed, else numba)."""
+    if name not in ("auto", "c", "numba"):
+        raise ValueError(f"crc backend must be 'auto', 'c' or 'numba', got {name!r}")
+    if name in _BACKEND:
+        return _BACKEND[name]
+    fn = _c_crc() if name in ("auto", "c") else None
+    if fn is None and name == "c":
+        raise ValueError("no C CRC-32C package found: pip install crc32c (or google-crc32c), or use crc='numba'")
+    if fn is not None:
+        result = ("c", fn)
+    else:
+        from .._kernels.crc32c import TABLES, crc32c_update
+
+        def fn(data):
+            a = np.frombuffer(data, dtype=np.uint8)
+            return int(crc32c_update(np.uint32(0), a, 0, a.size, TABLES))
+
+        result = ("numba", fn)
+    _BACKEND[name] = result
+    return result
+
+
+def crc32c(data, backend: str = "auto") -> int:
+    """CRC-32C (Castagnoli) of a bytes-like object.
+
+    >>> hex(crc32c(b"123456789"))
+    '0xe3069283'
+    """
+    return crc_backend(backend)[1](data)
+
+
+def masked_crc32c(data, backend: str = "auto") -> int:
+    """TFRecord's masked CRC: ``((crc >> 15) | (crc << 17)) + 0xA282EAD8 mod 2**32``."""
+    c = crc32c(data, backend)
+    return (((c >> 15) | (c << 17)) + _MASK_DELTA) & 0xFFFFFFFF
+
+
+def _masked_crcs(buf: np.ndarray, starts: np.ndarray, stops: np.ndarray, backend: str) -> np.ndarray:
+    from .._kernels.crc32c import TABLES
+    from .._kernels.formats import masked_crcs
+
+    name, fn = crc_backend(backend)
+    if name == "numba":
+        return masked_crcs(buf, starts, stops, TABLES)
+    mv = memoryview(buf)
+    out = np.fromiter((fn(mv[a:b]) for a, b in zip(starts.tolist(), stops.tolist())), dtype=np.uint64, count=starts.size)
+    return ((((out >> 15) | (out << 17)) + _MASK_DELTA) & 0xFFFFFFFF).astype(np.uint32)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Records:
+    """The records of a TFRecord file, held in one buffer.
+
+    Record ``i`` is ``data[starts[i]:stops[i]]``; ``records[i]`` returns it as ``bytes``.
+    """
+
+    data: np.ndarray
+    starts: np.ndarray
+    stops: np.ndarray
+    path: str = ""
+
+    def __len__(self) -> int:
+        return self.starts.size
+
+    def __getitem__(self, i: int) -> bytes:
+        return self.data[self.starts[i] : self.stops[i]].tobytes()
+
+    def __iter__(self) -> Iterator[bytes]:
+        mv = memoryview(self.data)
+        for a, b in zip(self.starts.tolist(), self.stops.tolist()):
+            yield bytes(mv[a:b])
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of record data (without framing)."""
+        return int((self.stops - self.starts).sum())
+
+    def __repr__(self) -> str:
+        return f"Records({len(self):,} records, {self.nbytes:,} bytes of data, path={self.path!r})"
+
+
+def _open_read(path, compression):
+    compression = _compression(path, compression)
+    if compression == "gzip":
+        try:
+            with gzip.open(path, "rb") as f:
+                return f.read()
+        except (OSError, EOFError) as exc:
+            raise ValueError(f"{path}: not a readable gzip stream ({exc})") from exc
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _compression(path, compression):
+    if compression in (None, "", "none", "NONE"):
+        return None
+    if compression in ("gzip", "GZIP"):
+        return "gzip"
+    if compression == "auto":
+        return "gzip" if str(path).endswith(".gz") else None
+    raise ValueError(f"compression must be None, 'gzip' or 'auto', got {compression!r}")
+
+
+_FRAME_ERRORS = {
+    1: "truncated record header (fewer than 12 bytes left)",
+    2: "bad length CRC (corrupted length field)",
+    3: "truncated record (length runs past the end of the file)",
+}
+
+
+def parse_tfrecord_bytes(raw, *, verify: bool = True, crc: str = "auto", path: str = "<bytes>") -> Records:
+    """Split an in-memory TFRecord stream into :class:`Records` (see :func:`read_tfrecord`)."""
+    from .._kernels.crc32c import TABLES
+    from .._kernels.formats import scan_frames, stored_crcs
+
+    buf = np.frombuffer(raw, dtype=np.uint8)
+    starts, stops, err, rec, offset = scan_frames(buf, TABLES)
+    if err:
+        raise ValueError(f"{path}: record {rec} at byte {offset}: {_FRAME_ERRORS[int(err)]}")
+    if verify and starts.size:
+        bad = np.flatnonzero(_masked_crcs(buf, starts, stops, crc) != stored_crcs(buf, stops))
+        if bad.size:
+            i = int(bad[0])
+            raise ValueError(
+                f"{path}: record {i} at byte {int(starts[i]) - 12}: bad data CRC (record data corrupted)"
+                + (f"; {bad.size} bad records in all" if bad.size > 1 else "")
+            )
+    return Records(buf, starts, stops, str(path))
+
+
+def read_tfrecord(path, *, compression=None, verify: bool = True, crc: str = "auto") -> Records:
+    """Read a whole TFRecord file, checking every record's framing and CRCs.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+    compression : None, "gzip" or "auto"
+        ``"auto"``: gzip when the name ends in ``.gz``.
+    verify : bool, default True
+        Check the data CRCs (the length CRCs and the framing are always checked).
+    crc : "auto", "c" or "numba"
+        CRC-32C backend.
+
+    Returns
+    -------
+    Records
+
+    Raises
+    ------
+    ValueError
+        On a truncated file or a bad CRC, naming the file, record number and byte offset.
+    """
+    return parse_tfrecord_bytes(_open_read(path, compression), verify=verify, crc=crc, path=os.fspath(path))
+
+
+def iter_tfrecord(path, *, compression=None, verify: bool = True, crc: str = "auto") -> Iterator[bytes]:
+    """Iterate over the records of a TFRecord file as ``bytes`` (all checked first)."""
+    return iter(read_tfrecord(path, compression=compression, verify=verify, crc=crc))
+
+
+def frame_records(data, offsets, *, crc: str = "auto") -> np.ndarray:
+    """Frame records ``data[offsets[i]:offsets[i+1]]`` as a TFRecord stream (uint8 array)."""
+    from .._kernels.crc32c import TABLES
+    from .._kernels.formats import frame_records as _frame
+
+    data = np.ascontiguousarray(np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data, dtype=np.uint8)
+    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    if offsets.ndim != 1 or offsets.size < 1 or offsets[0] != 0 or offsets[-1] != data.size or (np.diff(offsets) < 0).any():
+        raise ValueError("offsets must start at 0, be non-decreasing and end at len(data)")
+    crcs = _masked_crcs(data, offsets[:-1], offsets[1:], crc)
+    return _frame(data, offsets, crcs, TABLES)
+
+
+def _join(records: Iterable) -> tuple[np.ndarray, np.ndarray]:
+    chunks = [bytes(r) if not isinstance(r, bytes) else r for r in records]
+    sizes = np.fromiter((len(c) for c in chunks), dtype=np.int64, count=len(chunks))
+    offsets = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+    return np.frombuffer(b"".join(chunks), dtype=np.uint8), offsets
+
+
+class TFRecordWriter:
+    """Append records to a TFRecord file: ``write(record)`` or, fast, ``write_many(data,
+    offsets)``. Use as a context manager; the file is written under a temporary name and
+    renamed on a clean exit, so it appears complete or not at all. Gzip output is
+    byte-reproducible (no name or time in the header)."""
+
+    def __init__(self, path, *, compression=None, crc: str = "auto"):
+        self.path = os.fspath(path)
+        self.crc = crc
+        self.count = 0
+        self._tmp = f"{self.path}.tmp{os.getpid()}"
+        self._raw = open(self._tmp, "wb")
+        self._f = (gzip.GzipFile(filename="", mode="wb", fileobj=self._raw, mtime=0)
+                   if _compression(self.path, compression) == "gzip" else self._raw)
+
+    def write_many(self, data, offsets) -> None:
+        """Append records ``data[offsets[i]:offsets[i+1]]``."""
+        framed = frame_records(data, offsets, crc=self.crc)
+        self._f.write(memoryview(framed))
+        self.count += len(offsets) - 1
+
+    def write(self, record) -> None:
+        """Append one record (bytes-like)."""
+        data = np.frombuffer(bytes(record), dtype=np.uint8)
+        self.write_many(data, np.array([0, data.size], dtype=np.int64))
+
+    def close(self, commit: bool = True) -> None:
+        """Finish the file (``commit=False``: discard it)."""
+        if self._raw.closed:
+            return
+        if self._f is not self._raw:
+            self._f.close()
+        self._raw.close()
+        if commit:
+            os.replace(self._tmp, self.path)
+        elif os.path.exists(self._tmp):
+            os.remove(self._tmp)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close(commit=exc_type is None)
+
+
+def write_tfrecord(path, records, *, compression=None, crc: str = "auto") -> int:
+    """Write records to a TFRecord file; returns the number of records.
+
+    ``records`` is an iterable of bytes-like objects, or a pair ``(data, offsets)`` of a
+    uint8 buffer and record offsets (the fast path), or :class:`Records`. Gzip output is
+    byte-reproducible (no name or time in the header).
+    """
+    if isinstance(records, tuple) and len(records) == 2 and isinstance(records[1], np.ndarray):
+        data, offsets = records
+    else:
+        data, offsets = _join(records)
+    with TFRecordWriter(path, compression=compression, crc=crc) as w:
+        w.write_many(data, offsets)
+    return int(len(offsets) - 1)
+

@@ -1,0 +1,224 @@
+"""Padding-free ("varlen") fields for modern trainers, derived from document lengths.
+
+Every field here is a view of one object: the ordered lengths of the documents in a row
+(or in a batch laid end to end). Take them from :class:`packlib.Packs` with
+:func:`row_lengths` / :func:`batch_lengths`, or give them directly.
+
+Worked example: one row of 12 with documents of lengths 3, 2, 4 (and 3 padding):
+
+>>> import numpy as np
+>>> lens = [3, 2, 4]
+>>> cu_seqlens(lens).tolist(), max_seqlen(lens)
+([0, 3, 5, 9], 4)
+>>> position_ids(lens).tolist()
+[0, 1, 2, 0, 1, 0, 1, 2, 3]
+>>> seq_idx(lens).tolist()
+[0, 0, 0, 1, 1, 2, 2, 2, 2]
+>>> mlperf_input_mask(lens, 12).tolist()
+[1, 1, 1, 2, 2, 3, 3, 3, 3, 0, 0, 0]
+>>> attention_span(lens, 12).tolist()
+[2, 1, 0, 1, 0, 3, 2, 1, 0, 0, 0, 0]
+>>> torchtune_seq_lens(lens, 12).tolist()
+[3, 2, 4, 3]
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .._validate import as_int_array, as_positive_int
+
+__all__ = [
+    "row_lengths",
+    "batch_lengths",
+    "cu_seqlens",
+    "max_seqlen",
+    "position_ids",
+    "seq_idx",
+    "mlperf_input_mask",
+    "attention_span",
+    "torchtune_seq_lens",
+    "torchtune_input_pos",
+    "varlen_fields",
+    "hf_flattening_batch",
+    "megatron_thd",
+    "torchtune_pack",
+]
+
+_INT32_MAX = 2**31 - 1
+
+
+def _lengths(lengths, name: str = "lengths") -> np.ndarray:
+    lens = as_int_array(lengths, name)
+    if lens.size and lens.min() < 1:
+        i = int(np.flatnonzero(lens < 1)[0])
+        raise ValueError(f"{name} must be >= 1, got {lens[i]} at index {i}")
+    return lens
+
+
+def _row(lengths, row_length) -> tuple[np.ndarray, int]:
+    lens = _lengths(lengths)
+    T = as_positive_int(row_length, "row_length")
+    if int(lens.sum()) > T:
+        raise ValueError(f"the documents hold {int(lens.sum())} tokens > row_length = {T}")
+    return lens, T
+
+
+def row_lengths(packs, p: int) -> np.ndarray:
+    """The lengths of the documents in pack ``p`` of a :class:`packlib.Packs`, in order."""
+    n = packs.num_packs
+    p = int(p) + (n if int(p) < 0 else 0)
+    if not 0 <= p < n:
+        raise IndexError(f"pack index out of range for {n} packs")
+    return packs.lengths[packs.offsets[p] : packs.offsets[p + 1]]
+
+
+def batch_lengths(packs, pack_ids) -> np.ndarray:
+    """The document lengths of several packs laid end to end (a padding-free batch)."""
+    ids = as_int_array(pack_ids, "pack_ids")
+    if ids.size and (ids.min() < -packs.num_packs or ids.max() >= packs.num_packs):
+        raise ValueError(f"pack_ids must index the {packs.num_packs} packs")
+    if ids.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    return np.concatenate([row_lengths(packs, p) for p in ids.tolist()])
+
+
+def cu_seqlens(lengths) -> np.ndarray:
+    """``concat([0], cumsum(lengths))`` as int32 (flash-attention's ``cu_seqlens``).
+
+    Raises ``ValueError`` if the total reaches 2**31 (int32 would overflow)."""
+    lens = _lengths(lengths)
+    csum = np.concatenate(([0], np.cumsum(lens)))
+    if csum[-1] > _INT32_MAX:
+        raise ValueError(f"{int(csum[-1])} tokens in one batch overflow int32 cu_seqlens (limit 2**31 - 1); use smaller batches")
+    return csum.astype(np.int32)
+
+
+def max_seqlen(lengths) -> int:
+    """The longest document (a Python int, as flash-attention wants); 0 when empty."""
+    lens = _lengths(lengths)
+    return int(lens.max()) if lens.size else 0
+
+
+def position_ids(lengths) -> np.ndarray:
+    """Positions restarting at 0 in every document: ``arange(T) - repeat(starts, lengths)``."""
+    lens = _lengths(lengths)
+    starts = np.concatenate(([0], np.cumsum(lens)[:-1])) if lens.size else lens
+    return np.arange(int(lens.sum()), dtype=np.int64) - np.repeat(starts, lens)
+
+
+def seq_idx(lengths) -> np.ndarray:
+    """The document index of every token, int32: ``repeat(arange(n), lengths)``."""
+    lens = _lengths(lengths)
+    return np.repeat(np.arange(lens.size, dtype=np.int32), lens)
+
+
+def mlperf_input_mask(lengths, row_length: int) -> np.ndarray:
+    """MLPerf packed BERT ``input_mask``: document index ``1..k`` per token, 0 = padding."""
+    lens, T = _row(lengths, row_length)
+    out = np.zeros(T, dtype=np.int64)
+    out[: int(lens.sum())] = np.repeat(np.arange(1, lens.size + 1), lens)
+    return out
+
+
+def attention_span(lengths, row_length: int) -> np.ndarray:
+    """Cerebras ``attention_span``: counts down to each document's end (``n-1 .. 0``), 0 = padding."""
+    lens, T = _row(lengths, row_length)
+    out = np.zeros(T, dtype=np.int64)
+    out[: int(lens.sum())] = np.repeat(lens, lens) - 1 - position_ids(lens)
+    return out
+
+
+def torchtune_seq_lens(lengths, row_length: int) -> np.ndarray:
+    """torchtune ``seq_lens``: the documents, then the padding as one last "sequence"."""
+    lens, T = _row(lengths, row_length)
+    pad = T - int(lens.sum())
+    return np.concatenate((lens, [pad])) if pad else lens.copy()
+
+
+def torchtune_input_pos(lengths, row_length: int) -> np.ndarray:
+    """torchtune ``input_pos``: positions per document; padding positions keep counting
+    from the last document's end."""
+    lens, T = _row(lengths, row_length)
+    pos = position_ids(lens)
+    pad = T - pos.size
+    last = int(pos[-1]) + 1 if pos.size else 0
+    return np.concatenate((pos, np.arange(last, last + pad, dtype=np.int64)))
+
+
+def varlen_fields(lengths) -> dict:
+    """The flash-attention varlen fields for documents laid end to end.
+
+    Returns
+    -------
+    dict
+        ``cu_seqlens`` (int32), ``max_seqlen`` (int), ``position_ids`` (int64),
+        ``seq_idx`` (int32), ``total_tokens`` (int).
+    """
+    lens = _lengths(lengths)
+    return {"cu_seqlens": cu_seqlens(lens), "max_seqlen": max_seqlen(lens), "position_ids": position_ids(lens),
+            "seq_idx": seq_idx(lens), "total_tokens": int(lens.sum())}
+
+
+def _tokens(tokens, lengths, name="tokens"):
+    tok = as_int_array(tokens, name)
+    lens = _lengths(lengths)
+    if tok.size != int(lens.sum()):
+        raise ValueError(f"{name} holds {tok.size} values but the lengths sum to {int(lens.sum())}")
+    return tok, lens
+
+
+def hf_flattening_batch(tokens, lengths, *, return_position_ids: bool = True, return_seq_idx: bool = False,
+                        return_flash_attn_kwargs: bool = False, separator_id: int = -100) -> dict:
+    """A batch as Hugging Face's ``DataCollatorWithFlattening`` builds it.
+
+    ``tokens`` are the documents' token ids laid end to end (``lengths`` tell them apart).
+    ``input_ids`` and ``labels`` have shape ``(1, T)``; the first label of each document is
+    ``separator_id`` (-100, ignored by the loss), so no document predicts across a boundary.
+    Optional ``position_ids`` (int64), ``seq_idx`` (int32) and ``cu_seq_lens_q/k`` (int32)
+    with ``max_length_q/k`` (int). No padding.
+    """
+    tok, lens = _tokens(tokens, lengths)
+    labels = tok.copy()
+    starts = np.concatenate(([0], np.cumsum(lens)[:-1])) if lens.size else lens
+    labels[starts] = separator_id
+    out = {"input_ids": tok[None, :], "labels": labels[None, :]}
+    if return_position_ids:
+        out["position_ids"] = position_ids(lens)[None, :]
+    if return_seq_idx:
+        out["seq_idx"] = seq_idx(lens)[None, :]
+    if return_flash_attn_kwargs:
+        cu = cu_seqlens(lens)
+        m = max_seqlen(lens)
+        out.update(cu_seq_lens_q=cu, cu_seq_lens_k=cu.copy(), max_length_q=m, max_length_k=m)
+    return out
+
+
+def megatron_thd(lengths, *, pad_to_multiple_of: int = 1) -> dict:
+    """Megatron-core ``PackedSeqParams`` fields for the ``thd`` layout.
+
+    With ``pad_to_multiple_of > 1`` (context parallelism pads each document to a multiple
+    of ``2 * cp_size``), ``cu_seqlens_*_padded`` hold the padded boundaries and
+    ``total_tokens`` counts the padded tokens.
+    """
+    lens = _lengths(lengths)
+    m = as_positive_int(pad_to_multiple_of, "pad_to_multiple_of")
+    padded = -(-lens // m) * m
+    cu, cu_p = cu_seqlens(lens), cu_seqlens(padded)
+    return {"qkv_format": "thd", "cu_seqlens_q": cu, "cu_seqlens_kv": cu.copy(),
+            "cu_seqlens_q_padded": cu_p, "cu_seqlens_kv_padded": cu_p.copy(),
+            "max_seqlen_q": max_seqlen(padded), "max_seqlen_kv": max_seqlen(padded),
+            "total_tokens": int(padded.sum())}
+
+
+def torchtune_pack(tokens, lengths, row_length: int, *, labels=None, padding_idx: int = 0,
+                   ignore_index: int = -100) -> dict:
+    """One packed row as torchtune's ``PackedDataset`` yields it: ``tokens`` (padded with
+    ``padding_idx``), ``labels`` (padded with ``ignore_index``; default: the tokens),
+    ``input_pos`` and ``seq_lens``, all int64."""
+    tok, lens = _tokens(tokens, lengths)
+    _, T = _row(lens, row_length)
+    lab = tok if labels is None else _tokens(labels, lens, "labels")[0]
+    pad = T - tok.size
+    return {"tokens": np.concatenate((tok, np.full(pad, padding_idx, dtype=np.int64))),
+            "labels": np.concatenate((lab, np.full(pad, ignore_index, dtype=np.int64))),
+            "input_pos": torchtune_input_pos(lens, T), "seq_lens": torchtune_seq_lens(lens, T)}
