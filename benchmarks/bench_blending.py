@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import pathlib
-import statistics
 import sys
 import time
 
@@ -30,6 +29,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import packlib  # noqa: E402
+from benchmarks._common import fmt, lognormal_lengths, timed  # noqa: E402,F401
 
 
 @numba.njit(cache=True)
@@ -51,17 +51,8 @@ def megatron_cpp_loop(dataset_index, dataset_sample_index, weights, size):
         current[best] += 1
 
 
-def timed(fn, repeat):
-    times, out = [], None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), out
 
 
-def fmt(s):
-    return f"{s * 1e3:.0f} ms" if s < 1 else f"{s:.2f} s"
 
 
 def normalise(w):

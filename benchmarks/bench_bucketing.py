@@ -3,7 +3,7 @@
     python benchmarks/bench_bucketing.py           # 2 M lengths (about 1-2 minutes)
     python benchmarks/bench_bucketing.py --quick   # 200 k lengths, smoke run
 
-Same lengths for every row (lognormal, clipped to [3, 512], benchmarks/_data.py), same
+Same lengths for every row (lognormal, clipped to [3, 512], benchmarks/_common.py), same
 read_ahead (10,000), same seed; infinibatch and packlib run in the same process and the
 table prints their ratio (the machine is shared: ratios travel better than times). packlib
 times are medians of warm runs; numba compile/cache-load cost is measured separately.
@@ -26,16 +26,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import packlib  # noqa: E402
-from benchmarks._data import lognormal_lengths  # noqa: E402
+from benchmarks._common import fmt, lognormal_lengths, timed  # noqa: E402,F401
 
 
-def timed(fn, repeat):
-    times, out = [], None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), out
 
 
 def consume(it):

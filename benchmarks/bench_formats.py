@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import pathlib
 import shutil
-import statistics
 import struct
 import sys
 import tempfile
@@ -26,17 +25,11 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import packlib  # noqa: E402
+from benchmarks._common import fmt, lognormal_lengths, timed  # noqa: E402,F401
 from packlib.formats import mlperf_bert as mb  # noqa: E402
 from packlib.formats import tfrecord as tfr  # noqa: E402
 
 
-def timed(fn, repeat=3):
-    times, out = [], None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), out
 
 
 def pack_and_write(seqs, out_dir, seed=12345, per_file=50_000):

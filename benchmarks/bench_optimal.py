@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import math
 import pathlib
-import statistics
 import sys
 import time
 
@@ -26,21 +25,11 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import packlib  # noqa: E402
+from benchmarks._common import fmt, lognormal_lengths, timed  # noqa: E402,F401
 
 
-def timed(fn, repeat):
-    times, out = [], None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), out
 
 
-def fmt(s):
-    if s is None:
-        return "—"
-    return f"{s * 1e3:.0f} ms" if s < 1 else f"{s:.2f} s"
 
 
 def arc_flow_lp(h, depth):

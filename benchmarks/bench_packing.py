@@ -15,11 +15,9 @@ import argparse
 import bisect
 import os
 import pathlib
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
 
@@ -27,28 +25,12 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import packlib  # noqa: E402
-from benchmarks._data import lognormal_lengths  # noqa: E402
+from benchmarks._common import fmt, lognormal_lengths, timed  # noqa: E402,F401
 from tests import naive  # noqa: E402  (plain-Python references double as baselines)
 
 
-def median_time(fn, repeat=5):
-    times = []
-    out = None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), out
 
 
-def fmt(s):
-    if s is None:
-        return "—"
-    if s < 1e-3:
-        return f"{s * 1e6:.0f} µs"
-    if s < 1:
-        return f"{s * 1e3:.1f} ms"
-    return f"{s:.2f} s"
 
 
 # ----------------------------------------------------------------------- baselines
@@ -155,16 +137,16 @@ def main():
     # histogram packers
     for name, pack, longest in (("SPFHP", packlib.spfhp_pack, False), ("LPFHP", packlib.lpfhp_pack, True)):
         for depth in (3, None):
-            t, plan = median_time(lambda: pack(h, depth), 20)
-            tb, ref = median_time(lambda: naive.greedy_histogram_pack(h.tolist(), L, depth, longest), 3)
+            t, plan = timed(lambda: pack(h, depth), 20)
+            tb, ref = timed(lambda: naive.greedy_histogram_pack(h.tolist(), L, depth, longest), 3)
             assert sum(ref[1]) == plan.num_packs
             rows.append((f"{name} Wikipedia depth {depth or 'unlimited'}", t, tb, "plain Python", f"{plan.num_packs:,} packs"))
 
     for depth in (3, None):
-        t, plan = median_time(lambda: packlib.nnls_pack(h, depth), 5)
+        t, plan = timed(lambda: packlib.nnls_pack(h, depth), 5)
         tb = ref_packs = None
         if depth == 3 and not args.quick:
-            tb, ref_packs = median_time(lambda: reference_nnlshp(h.astype(float), L, 3), 1)
+            tb, ref_packs = timed(lambda: reference_nnlshp(h.astype(float), L, 3), 1)
         note = f"{plan.num_packs:,} packs ({100 * plan.efficiency:.3f} %)"
         if ref_packs:
             note += f"; reference recipe {ref_packs:,}"
@@ -174,17 +156,17 @@ def main():
     # assign: 16.3 M lengths drawn from the histogram
     lengths = naive.lengths_from_histogram(h, seed=0)
     plan = packlib.nnls_pack(h, 3)
-    t, packs = median_time(lambda: plan.assign(lengths, seed=0), 5)
-    tb, _ = median_time(lambda: numpy_assign(plan, lengths, 0), 2)
+    t, packs = timed(lambda: plan.assign(lengths, seed=0), 5)
+    tb, _ = timed(lambda: numpy_assign(plan, lengths, 0), 2)
     rows.append((f"assign {lengths.size / 1e6:.1f} M lengths", t, tb, "numpy sort + gather", f"{packs.num_packs:,} packs"))
     mem = assign_memory()
 
     # per-sequence packers: 2 M lognormal lengths clipped to [3, 512]
     seq = lognormal_lengths(2_000_000, seed=0)
     bound = -(-int(seq.sum()) // 512)
-    t_ffd, ffd = median_time(lambda: packlib.ffd_pack(seq, 512), 5)
-    t_bfd, bfd = median_time(lambda: packlib.bfd_pack(seq, 512), 5)
-    tb, n_py = median_time(lambda: python_bfd(seq.tolist(), 512), 1)
+    t_ffd, ffd = timed(lambda: packlib.ffd_pack(seq, 512), 5)
+    t_bfd, bfd = timed(lambda: packlib.bfd_pack(seq, 512), 5)
+    tb, n_py = timed(lambda: python_bfd(seq.tolist(), 512), 1)
     assert n_py == bfd.num_packs
     rows.append(("FFD 2 M lognormal lengths", t_ffd, tb, "plain Python BFD", f"{ffd.num_packs:,} packs"))
     rows.append(("BFD 2 M lognormal lengths", t_bfd, tb, "plain Python BFD", f"{bfd.num_packs:,} packs (bound {bound:,})"))
@@ -211,7 +193,7 @@ def scaling(max_lengths=(256, 512, 1024, 2048)):
         x = np.random.default_rng(0).lognormal(np.log(L / 4), 0.9, 1_000_000)
         h = packlib.histogram(np.clip(np.rint(x), 1, L).astype(np.int64), L)
         for depth in (3, None):
-            t, plan = median_time(lambda: packlib.nnls_pack(h, depth), 1)
+            t, plan = timed(lambda: packlib.nnls_pack(h, depth), 1)
             lp = packlib.lpfhp_pack(h, depth)
             print(f"| {L} | {depth or 'unlimited'} | {plan.num_packs:,} | {lp.num_packs:,} | "
                   f"{-(-plan.num_tokens // L):,} | {fmt(t)} |", flush=True)

@@ -370,7 +370,7 @@ def test_import_is_lazy_and_cheap():
 
 def test_kernels_stay_in_bounds_on_random_inputs(tmp_path):
     """Kernels write into capacity they reserve up front; run them with bounds checks on."""
-    code = f"""
+    code = """
 import numpy as np, packlib
 rng = np.random.default_rng(0)
 for trial in range(60):

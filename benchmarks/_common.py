@@ -1,0 +1,35 @@
+"""Inputs and timing helpers shared by the benchmarks, so their figures are comparable."""
+import statistics
+import time
+
+import numpy as np
+
+
+def lognormal_lengths(n: int = 2_000_000, seed: int = 0, max_length: int = 512) -> np.ndarray:
+    """``n`` lognormal sequence lengths (mu 4.71, sigma 0.8: mean ~147 tokens) clipped to
+    ``[3, max_length]``; at n = 2 M their lower bound is 574,031 packs of 512, close to the
+    574,815 of the reference measurements in shared/reference/packing.md."""
+    x = np.random.default_rng(seed).lognormal(4.71, 0.8, n)
+    return np.clip(np.rint(x), 3, max_length).astype(np.int64)
+
+
+def timed(fn, repeat=3):
+    """Median wall time of ``repeat`` calls of ``fn`` (and its last result)."""
+    times = []
+    out = None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), out
+
+
+def fmt(seconds):
+    """A duration for a table: µs, ms or s; '—' for None."""
+    if seconds is None:
+        return "—"
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.0f} µs"
+    if seconds < 1:
+        return f"{seconds * 1e3:.1f} ms"
+    return f"{seconds:.2f} s"
