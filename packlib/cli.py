@@ -57,8 +57,10 @@ def _demo(args) -> int:
     dt = time.perf_counter() - t0
     packs.validate(n)
     print(f"assign(): {n:,} sample ids -> {packs.num_packs:,} packs in {dt:.3f} s; every sample exactly once, no pack over {L} tokens")
-    for p in range(min(3, packs.num_packs)):
-        ids = packs[p]
+    shown = packs.shuffled(args.seed)  # packs come grouped by strategy; show a random few
+    print(f"shuffled(seed={args.seed}), first packs:")
+    for p in range(min(3, shown.num_packs)):
+        ids = shown[p]
         print(f"  pack {p}: samples {ids.tolist()} with lengths {lengths[ids].tolist()}")
     return 0
 
