@@ -262,6 +262,9 @@ def smooth_fill(w, totals, n, ring, out_d, out_s):
     the last one found. Returns the number of
     missed windows (0 when the property holds).
     """
+    # The linked-list pushes and unlinks below are written out inline on purpose: moved
+    # into two small @jit helpers (same results), this kernel ran 2.2x slower (1000 datasets
+    # x 10 M: 0.50 s -> 1.12 s), as numba did not inline them.
     k = w.shape[0]
     H = ring
     mask = H - 1
