@@ -23,11 +23,12 @@ import random
 import sys
 from dataclasses import dataclass
 from itertools import islice
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
 from ._validate import as_depth, as_int_array, as_lengths, as_positive_int, as_seed, seed_to_int64
+from .packing import _GroupedIds
 
 __all__ = ["BucketedReadaheadBatchIterator", "bucket", "pack_stream", "Batches", "PackStream"]
 
@@ -49,7 +50,7 @@ def _readonly(a: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True, eq=False, repr=False)
-class Batches:
+class Batches(_GroupedIds):
     """Sample ids grouped into batches, in CSR form (as :class:`packlib.Packs`).
 
     Batch ``b`` holds the samples ``indices[offsets[b]:offsets[b + 1]]`` (longest first),
@@ -71,6 +72,7 @@ class Batches:
     indices: np.ndarray
     lengths: np.ndarray
     window_batches: np.ndarray
+    _unit, _units = "batch", "batches"
 
     def __post_init__(self):
         for name in ("offsets", "indices", "lengths", "window_batches"):
@@ -83,15 +85,6 @@ class Batches:
     @property
     def num_batches(self) -> int:
         return self.offsets.size - 1
-
-    @property
-    def num_sequences(self) -> int:
-        return self.indices.size
-
-    @property
-    def num_tokens(self) -> int:
-        """Real tokens over all batches."""
-        return int(self.lengths.sum())
 
     @property
     def batch_sizes(self) -> np.ndarray:
@@ -115,28 +108,6 @@ class Batches:
         """Share of padded tensor cells: ``1 - num_tokens / padded_tokens`` (0 when empty)."""
         cells = self.padded_tokens
         return 1.0 - self.num_tokens / cells if cells else 0.0
-
-    def __len__(self) -> int:
-        return self.num_batches
-
-    def __getitem__(self, b: int) -> np.ndarray:
-        n = self.num_batches
-        b = int(b)
-        if b < 0:
-            b += n
-        if not 0 <= b < n:
-            raise IndexError(f"batch index out of range for {n} batches")
-        return self.indices[self.offsets[b] : self.offsets[b + 1]]
-
-    def __iter__(self) -> Iterator[np.ndarray]:
-        o, ix = self.offsets, self.indices
-        for b in range(o.size - 1):
-            yield ix[o[b] : o[b + 1]]
-
-    def to_list(self) -> list[list[int]]:
-        """The batches as a list of lists of sample ids."""
-        ix, o = self.indices.tolist(), self.offsets.tolist()
-        return [ix[o[b] : o[b + 1]] for b in range(len(o) - 1)]
 
     def to_dict(self) -> dict:
         return {

@@ -57,8 +57,48 @@ class _Figures:
         return self.num_tokens / slots if slots else 1.0
 
 
+class _GroupedIds:
+    """Read access shared by CSR groupings of sample ids (packs, batches): subclasses have
+    ``offsets``, ``indices`` and ``lengths`` and name their unit in ``_unit`` / ``_units``."""
+
+    _unit, _units = "group", "groups"
+
+    @property
+    def num_sequences(self) -> int:
+        return self.indices.size
+
+    @property
+    def num_tokens(self) -> int:
+        """Real tokens over all groups."""
+        return int(self.lengths.sum())
+
+    def __len__(self) -> int:
+        return self.offsets.size - 1
+
+    def __getitem__(self, g: int) -> np.ndarray:
+        """The sample ids in group ``g``."""
+        n = self.offsets.size - 1
+        g = int(g)
+        if g < 0:
+            g += n
+        if not 0 <= g < n:
+            raise IndexError(f"{self._unit} index out of range for {n} {self._units}")
+        return self.indices[self.offsets[g] : self.offsets[g + 1]]
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        """Iterate over groups, each an int64 array of sample ids."""
+        o, ix = self.offsets, self.indices
+        for g in range(o.size - 1):
+            yield ix[o[g] : o[g + 1]]
+
+    def to_list(self) -> list[list[int]]:
+        """The groups as a list of lists of sample ids."""
+        ix, o = self.indices.tolist(), self.offsets.tolist()
+        return [ix[o[g] : o[g + 1]] for g in range(len(o) - 1)]
+
+
 @dataclass(frozen=True, eq=False, repr=False)
-class Packs(_Figures):
+class Packs(_GroupedIds, _Figures):
     """Sample ids grouped into packs, in CSR form.
 
     Pack ``p`` holds the samples ``indices[offsets[p]:offsets[p + 1]]``, whose lengths are
@@ -83,6 +123,7 @@ class Packs(_Figures):
     lengths: np.ndarray
     max_sequence_length: int
     max_sequences_per_pack: int | None = None
+    _unit, _units = "pack", "packs"
 
     def __post_init__(self):
         offsets = np.ascontiguousarray(self.offsets, dtype=np.int64)
@@ -119,14 +160,6 @@ class Packs(_Figures):
         return self.offsets.size - 1
 
     @property
-    def num_sequences(self) -> int:
-        return self.indices.size
-
-    @property
-    def num_tokens(self) -> int:
-        return int(self.lengths.sum())
-
-    @property
     def pack_sizes(self) -> np.ndarray:
         """Number of sequences in each pack, int64 ``(P,)``."""
         return np.diff(self.offsets)
@@ -136,32 +169,6 @@ class Packs(_Figures):
         """Real tokens in each pack, int64 ``(P,)``."""
         csum = np.concatenate(([0], np.cumsum(self.lengths)))
         return csum[self.offsets[1:]] - csum[self.offsets[:-1]]
-
-    # -- access ------------------------------------------------------------------------
-    def __len__(self) -> int:
-        return self.num_packs
-
-    def __getitem__(self, p: int) -> np.ndarray:
-        """The sample ids in pack ``p``."""
-        n = self.num_packs
-        p = int(p)
-        if p < 0:
-            p += n
-        if not 0 <= p < n:
-            raise IndexError(f"pack index out of range for {n} packs")
-        return self.indices[self.offsets[p] : self.offsets[p + 1]]
-
-    def __iter__(self) -> Iterator[np.ndarray]:
-        """Iterate over packs, each an int64 array of sample ids."""
-        o, ix = self.offsets, self.indices
-        for p in range(o.size - 1):
-            yield ix[o[p] : o[p + 1]]
-
-    def to_list(self) -> list[list[int]]:
-        """The packs as a list of lists of sample ids."""
-        ix = self.indices.tolist()
-        o = self.offsets.tolist()
-        return [ix[o[p] : o[p + 1]] for p in range(len(o) - 1)]
 
     def take(self, order) -> "Packs":
         """A new :class:`Packs` with the packs in the given order (a permutation or a subset)."""
