@@ -1,7 +1,10 @@
 """Plain-Python references for packlib.blending (slow; small inputs only)."""
 from __future__ import annotations
 
+import glob
+import importlib.util
 import math
+import os
 from fractions import Fraction
 
 import numpy as np
@@ -95,3 +98,19 @@ def sample_numbering_ok(dataset_index, dataset_sample_index, counts):
         if not np.array_equal(got, np.arange(c)):
             return False
     return True
+
+
+def megatron_helpers():
+    """Megatron-Core's compiled helper: the file named by $MEGATRON_HELPERS_SO, or one
+    extracted from the megatron-core wheel under /tmp/mcore (see docs/blending.md)."""
+    env = os.environ.get("MEGATRON_HELPERS_SO")
+    so = [env] if env else sorted(glob.glob("/tmp/mcore/**/helpers_cpp*.so", recursive=True))
+    if not so:
+        return None
+    spec = importlib.util.spec_from_file_location("helpers_cpp", so[0])
+    mod = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(mod)
+    except ImportError:
+        return None
+    return mod

@@ -67,25 +67,35 @@ def test_megatron_parity_property(w, n):
     assert np.array_equal(idx.dataset_index, d) and np.array_equal(idx.dataset_sample_index, s)
 
 
-@pytest.mark.parametrize("block,sub", [(8, 2), (16, 4), (32, 32)])
-def test_block_kernel_equals_loop_large(block, sub):
-    """The filtered kernel, both filter levels exercised, on many datasets and steps."""
+@pytest.mark.parametrize("block", [4, 8, 32])
+@pytest.mark.parametrize("theta", [0.0, 5.0, -3.0])
+def test_threshold_kernel_equals_loop_large(block, theta):
+    """The filtered kernel equals the loop on many datasets and steps, from any starting
+    threshold (5.0: every block first fails and retries; -3.0: no filtering at first),
+    and when run in chunks that carry the threshold over."""
     rng = np.random.default_rng(block)
-    for w in (rng.lognormal(0, 1, 500), 1 + rng.random(500) * 1e-9, np.ones(500), rng.integers(1, 3, 500) * 1.0):
+    families = (
+        rng.lognormal(0, 1, 500),
+        rng.lognormal(0, 3, 500),
+        1 + rng.random(500) * 1e-9,
+        np.ones(500),
+        rng.integers(1, 3, 500) * 1.0,
+        np.r_[np.full(5, 1e6), rng.random(495) * 1e-6 + 1e-9],
+    )
+    for w in families:
         w = nb.megatron_normalise(w)
         n = 20000
-        out = []
-        for kernel in ("loop", "block"):
-            c = np.zeros(w.size, np.int64)
-            d = np.empty(n, np.int16)
-            s = np.empty(n, np.int64)
-            if kernel == "loop":
-                K.megatron_loop(w, 0, n, c, d, s)
-            else:
-                K.megatron_block(w, 0, n, c, d, s, block, sub)
-            out.append((d, s, c))
-        for a, b in zip(*out):
-            assert np.array_equal(a, b)
+        c0 = np.zeros(w.size, np.int64)
+        d0 = np.empty(n, np.int16)
+        s0 = np.empty(n, np.int64)
+        K.megatron_loop(w, 0, n, c0, d0, s0)
+        c = np.zeros(w.size, np.int64)
+        d = np.empty(n, np.int16)
+        s = np.empty(n, np.int64)
+        state = np.array([theta, 0.02])
+        for lo, hi in ((0, 1), (1, 777), (777, n)):
+            K.megatron_fill(w, lo, hi, c, d[lo:], s[lo:], block, state)
+        assert np.array_equal(d, d0) and np.array_equal(s, s0) and np.array_equal(c, c0)
 
 
 def test_megatron_normalises_twice():
@@ -102,25 +112,9 @@ def test_megatron_normalises_twice():
     assert found > 0
 
 
-def _megatron_helpers():
-    """Megatron-Core's compiled helper: the file named by $MEGATRON_HELPERS_SO, or one
-    extracted from the megatron-core wheel under /tmp/mcore (see docs/blending.md)."""
-    env = os.environ.get("MEGATRON_HELPERS_SO")
-    so = [env] if env else sorted(glob.glob("/tmp/mcore/**/helpers_cpp*.so", recursive=True))
-    if not so:
-        return None
-    spec = importlib.util.spec_from_file_location("helpers_cpp", so[0])
-    mod = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(mod)
-    except ImportError:
-        return None
-    return mod
-
-
 def test_against_megatron_core_if_available():
     """The real compiled helper from the megatron-core wheel; skipped when absent."""
-    h = _megatron_helpers()
+    h = nb.megatron_helpers()
     if h is None:
         pytest.skip("megatron-core helpers_cpp not found under /tmp")
     rng = np.random.default_rng(3)
@@ -244,7 +238,7 @@ def test_shuffled_golden():
     assert idx.dataset_index.tolist() == GOLDEN_SHUFFLED
 
 
-GOLDEN_SHUFFLED = [1, 2, 0, 0, 0, 1, 0, 1, 2, 0, 1, 0]
+GOLDEN_SHUFFLED = [1, 2, 1, 0, 0, 2, 0, 0, 0, 1, 1, 0]
 
 
 def test_shuffled_looks_uniform():
@@ -395,3 +389,29 @@ def test_progress_chunks_give_the_same_index(monkeypatch, method):
     chunked = packlib.blend(w, 5000, method, seed=2, progress=True)
     assert np.array_equal(plain.dataset_index, chunked.dataset_index)
     assert np.array_equal(plain.dataset_sample_index, chunked.dataset_sample_index)
+
+
+def test_shuffled_threads_and_chunks_agree(monkeypatch):
+    """Big builds split over threads (and progress chunks); the result must not depend
+    on the split, and slices must still equal the full index."""
+    import packlib.blending as B
+
+    w = np.random.default_rng(3).lognormal(0, 2, 300)
+    n = 3_000_001
+    full = packlib.blend(w, n, "shuffled", seed=5)
+    assert B._worker_count(n) >= 1
+    monkeypatch.setattr(B, "_worker_count", lambda n: 1)
+    monkeypatch.setattr(B, "_CHUNK", 1 << 20)
+    one = packlib.blend(w, n, "shuffled", seed=5, progress=False)
+    chunked = B._shuffled_range(full.counts, n, 5, 0, n, progress=True)
+    monkeypatch.setattr(B, "_worker_count", lambda n: 3)
+    three = packlib.blend(w, n, "shuffled", seed=5)
+    for other in (one, three):
+        assert np.array_equal(full.dataset_index, other.dataset_index)
+        assert np.array_equal(full.dataset_sample_index, other.dataset_sample_index)
+    assert np.array_equal(full.dataset_index, chunked[0]) and np.array_equal(full.dataset_sample_index, chunked[1])
+    assert np.array_equal(np.bincount(full.dataset_index, minlength=300), full.counts)
+    lazy = packlib.blend(w, n, "shuffled", seed=5, materialize=False)
+    d, s = lazy.slice(1_234_567, 1_300_000)
+    assert np.array_equal(d, full.dataset_index[1_234_567:1_300_000])
+    assert np.array_equal(s, full.dataset_sample_index[1_234_567:1_300_000])

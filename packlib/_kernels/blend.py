@@ -1,7 +1,7 @@
 """Kernels for blended-dataset indices (see :mod:`packlib.blending`).
 
-- ``megatron_block``: Megatron-Core's greedy ``build_blending_indices`` bit for bit, with an
-  exact block filter so each step scans only the datasets that can still win.
+- ``megatron_fill``: Megatron-Core's greedy ``build_blending_indices`` bit for bit, with an
+  exact threshold filter so each step scans only the datasets that can still win.
 - ``smooth_fill``: earliest-deadline-first interleave with exact (float64 error-free)
   release/deadline arithmetic: every prefix holds each dataset floor or ceil of its quota.
 - ``shuffled_fill``: a keyed mixed-radix Feistel permutation of ``[0, n)`` with
@@ -32,121 +32,103 @@ def megatron_loop(w, start, stop, counts, out_d, out_s):
         counts[best] += 1
 
 
+# The threshold follows the smallest winning deficit of the last block, kept this far below
+# it; a block that finds a step below its threshold lowers it by twice the last drop.
+_THETA_GAP = 0.02
+_THETA_RISE = 0.002
+
+
 @jit
-def megatron_block(w, start, stop, counts, out_d, out_s, block, sub):
+def megatron_fill(w, start, stop, counts, out_d, out_s, block, state):
     """The same picks as :func:`megatron_loop`, ``block`` steps at a time.
 
-    Deficits ``w*t - c`` never fall while a dataset is not picked (float rounding of
-    ``w*t`` is monotone in ``t``). Within ``block`` steps at most ``block - 1`` picks
-    precede any step, so one of ``block`` chosen datasets is still unpicked and the step's
-    maximum is at least the smallest of their start-of-block deficits, ``lo``. A dataset
-    whose end-of-block deficit (with its start count) is below ``lo`` can never be picked
-    in the block, so scanning only the others, in index order with strict ``>``, gives the
-    identical picks.
-    So each block costs a few passes over all datasets plus ``block`` scans of the
-    candidates, which are filtered once more in sub-blocks of ``sub`` steps. When the
-    filter keeps more than a quarter of the datasets (near-equal weights, exact ties), the block
-    runs the plain loop and the filter is not tried again for 1, 2, 4, ... 64 blocks, so
-    the overhead over the loop stays a few percent.
+    Why it is exact: a dataset's deficit ``fl(w*t) - c`` never falls while it is not picked
+    (rounding is monotone in ``t``), so its deficit at the block's last step bounds every
+    earlier one. The block scans only the datasets whose bound reaches a threshold
+    ``theta``; while each step's best candidate deficit is ``>= theta``, every other dataset
+    is strictly below it, so the candidates, scanned in index order, give the loop's pick
+    (ties included). A step whose best is below ``theta`` is not taken: the block ends
+    there, ``theta`` is lowered and the step is retried with more candidates (``theta``
+    falls geometrically, so a few retries at most reach every dataset).
+
+    Why it is fast: Megatron's winning deficit stays in a narrow band (lognormal weights,
+    1000 datasets: 0.46 to 0.55), so ``theta`` placed just below the band keeps a few
+    dozen candidates where the loop scans all ``k``; the scan uses four independent maxima
+    (exact: max does not round) so it is not one long dependency chain.
+    ``state`` = ``[theta, drop]`` carries over between calls on consecutive ranges.
     """
     k = w.shape[0]
-    if k <= 2 * block:  # too few datasets for the filter to pay
+    if k <= 2 * block:  # too few datasets for a filter to pay
         megatron_loop(w, start, stop, counts, out_d, out_s)
         return
-    cand = np.empty(k, np.int64)
+    cf = np.empty(k, np.float64)
+    for i in range(k):
+        cf[i] = float(counts[i])
+    idx = np.empty(k + 1, np.int64)
     cw = np.empty(k, np.float64)
     cc = np.empty(k, np.float64)
-    tmp = np.empty(k, np.float64)
-    work = np.empty((4, k), np.float64)  # scratch of the second filter level
-    sel = np.empty(k, np.int64)
-    sidx = np.empty(k, np.int64)
-    skip = 0  # blocks left to run unfiltered after the filter failed
-    backoff = 1
+    theta = state[0]
+    drop = state[1]
     s = start
     while s < stop:
         e = min(stop, s + block)
-        B = e - s
-        if B < block or k <= 2 * B or skip > 0:
-            skip -= 1
-            megatron_loop(w, s, e, counts, out_d[s - start:], out_s[s - start:])
-            s = e
-            continue
-        t0 = max(float(s), 1.0)
         t1 = max(float(e - 1), 1.0)
-        # lo: the B-th largest start-of-block deficit
-        for i in range(k):
-            tmp[i] = w[i] * t0 - float(counts[i])
-        lo = np.partition(tmp, k - B)[k - B]
         m = 0
-        for i in range(k):
-            if w[i] * t1 - float(counts[i]) >= lo:
-                cand[m] = i
-                m += 1
-        if 4 * m > k:  # the scan (two passes over m) would not beat the loop
-            megatron_loop(w, s, e, counts, out_d[s - start:], out_s[s - start:])
-            skip = backoff  # the filter fails in runs (near-equal weights): back off
-            backoff = min(2 * backoff, 64)
-            s = e
-            continue
-        backoff = 1
+        for i in range(k):  # branch-free compaction: write always, advance on a keep
+            idx[m] = i
+            m += w[i] * t1 - cf[i] >= theta
         for j in range(m):
-            cw[j] = w[cand[j]]
-            cc[j] = float(counts[cand[j]])
-        _sub_blocks(cw, cc, cand, m, s, e, out_d[s - start:], out_s[s - start:], sub, work, sel, sidx)
+            cw[j] = w[idx[j]]
+            cc[j] = cf[idx[j]]
+        q = s
+        low = np.inf  # smallest winning deficit of the block
+        while q < e and m > 0:
+            t = max(float(q), 1.0)
+            m0 = cw[0] * t - cc[0]
+            m1 = m0
+            m2 = m0
+            m3 = m0
+            j = 1
+            while j + 4 <= m:
+                a0 = cw[j] * t - cc[j]
+                a1 = cw[j + 1] * t - cc[j + 1]
+                a2 = cw[j + 2] * t - cc[j + 2]
+                a3 = cw[j + 3] * t - cc[j + 3]
+                m0 = a0 if a0 > m0 else m0
+                m1 = a1 if a1 > m1 else m1
+                m2 = a2 if a2 > m2 else m2
+                m3 = a3 if a3 > m3 else m3
+                j += 4
+            while j < m:
+                a0 = cw[j] * t - cc[j]
+                m0 = a0 if a0 > m0 else m0
+                j += 1
+            m0 = m1 if m1 > m0 else m0
+            m2 = m3 if m3 > m2 else m2
+            mx = m2 if m2 > m0 else m0
+            if not mx >= theta:
+                break
+            low = min(low, mx)
+            b = 0
+            while cw[b] * t - cc[b] != mx:
+                b += 1
+            out_d[q - start] = idx[b]
+            out_s[q - start] = np.int64(cc[b])
+            cc[b] += 1.0
+            q += 1
         for j in range(m):
-            counts[cand[j]] = np.int64(cc[j])
-        s = e
-
-
-@jit
-def _scan(cw, cc, idx, m, s, e, out_d, out_s):
-    """Greedy steps ``s..e-1`` over ``m`` datasets (weights ``cw``, counts ``cc``)."""
-    for q in range(s, e):
-        t = max(float(q), 1.0)
-        # the maximum first (branch-free), then the first index reaching it: the same
-        # winner as a strict '>' scan
-        mx = cw[0] * t - cc[0]
-        for j in range(1, m):
-            mx = max(mx, cw[j] * t - cc[j])
-        bj = 0
-        while cw[bj] * t - cc[bj] != mx:
-            bj += 1
-        out_d[q - s] = idx[bj]
-        out_s[q - s] = np.int64(cc[bj])
-        cc[bj] += 1.0
-
-
-@jit
-def _sub_blocks(cw, cc, cand, m, s, e, out_d, out_s, sub, work, sel, sidx):
-    """The block's steps, with the same filter once more over the ``m`` candidates in
-    sub-blocks of ``sub`` steps (both levels are exact)."""
-    if m <= 4 * sub:
-        _scan(cw, cc, cand, m, s, e, out_d, out_s)
-        return
-    tmp = work[0]
-    sw = work[1]
-    sc = work[2]
-    q0 = s
-    while q0 < e:
-        q1 = min(e, q0 + sub)
-        B = q1 - q0
-        t0 = max(float(q0), 1.0)
-        t1 = max(float(q1 - 1), 1.0)
-        for j in range(m):
-            tmp[j] = cw[j] * t0 - cc[j]
-        lo = np.partition(tmp[:m], m - B)[m - B]
-        r = 0
-        for j in range(m):
-            if cw[j] * t1 - cc[j] >= lo:
-                sel[r] = j
-                sw[r] = cw[j]
-                sc[r] = cc[j]
-                sidx[r] = cand[j]
-                r += 1
-        _scan(sw, sc, sidx, r, q0, q1, out_d[q0 - s:], out_s[q0 - s:])
-        for j in range(r):
-            cc[sel[j]] = sc[j]
-        q0 = q1
+            cf[idx[j]] = cc[j]
+        if q < e:  # a step fell below theta: retry it with a lower one
+            theta -= drop
+            drop *= 2.0
+        else:
+            theta = min(theta + _THETA_RISE, low - _THETA_GAP)
+            drop = _THETA_GAP
+        s = q
+    for i in range(k):
+        counts[i] = np.int64(cf[i])
+    state[0] = theta
+    state[1] = drop
 
 
 @jit
@@ -410,77 +392,109 @@ def smooth_fill(w, totals, n, ring, out_d, out_s):
 
 # --------------------------------------------------------------------------- shuffled
 
-_C1 = np.uint64(0x9E3779B97F4A7C15)
-_C2 = np.uint64(0xBF58476D1CE4E5B9)
-_LO32 = np.uint64(0xFFFFFFFF)
+_M32 = np.uint64(0xFFFFFFFF)
+_H1 = np.uint64(0x7FEB352D)  # lowbias32 multipliers (C. Wellons' hash prospector)
+_H2 = np.uint64(0x846CA68B)
+_S15 = np.uint64(15)
+_S16 = np.uint64(16)
+_S32 = np.uint64(32)
+_ONE = np.uint64(1)
 
 
 @jit
 def _f(v, key, m):
-    """Round function: a keyed hash of ``v`` reduced to ``[0, m)``."""
-    h = (np.uint64(v) ^ key) * _C1
-    h ^= h >> np.uint64(29)
-    h *= _C2
-    h ^= h >> np.uint64(32)
-    return np.int64(((h & _LO32) * np.uint64(m)) >> np.uint64(32))
+    """Round function: a 32-bit keyed hash of ``v`` (lowbias32), scaled to ``[0, m)`` by a
+    multiply-high. 32-bit lanes keep the row loop of :func:`shuffled_fill` vectorised."""
+    x = (v ^ key) & _M32
+    x ^= x >> _S16
+    x = (x * _H1) & _M32
+    x ^= x >> _S15
+    x = (x * _H2) & _M32
+    x ^= x >> _S16
+    return (x * m) >> _S32
 
 
 @jit
 def _feistel(L, R, a, b, k0, k1, k2, k3):
-    """Four rounds over Z_a x Z_b (``L < a``, ``R < b``); returns ``L*b + R``."""
-    # round 0: (L in Z_a, R in Z_b) -> (R in Z_b, L + f(R) in Z_a)
+    """Four rounds over Z_a x Z_b (uint64 ``L < a``, ``R < b``); returns ``L*b + R``."""
+    # round 0: (L in Z_a, R in Z_b) -> (R in Z_b, L + f(R) in Z_a); round 1 the reverse
     x = L + _f(R, k0, a)
-    if x >= a:
-        x -= a
-    L, R = R, x
-    # round 1: (Z_b, Z_a) -> (Z_a, Z_b)
+    x = x - a if x >= a else x
+    L = R
+    R = x
     x = L + _f(R, k1, b)
-    if x >= b:
-        x -= b
-    L, R = R, x
+    x = x - b if x >= b else x
+    L = R
+    R = x
     x = L + _f(R, k2, a)
-    if x >= a:
-        x -= a
-    L, R = R, x
+    x = x - a if x >= a else x
+    L = R
+    R = x
     x = L + _f(R, k3, b)
-    if x >= b:
-        x -= b
-    L, R = R, x
+    x = x - b if x >= b else x
+    L = R
+    R = x
     return L * b + R
 
 
 @jit
 def permute(x, n, a, b, keys):
     """The permuted position of ``x`` in ``[0, n)`` (cycle-walking over ``[0, a*b)``)."""
-    k0, k1, k2, k3 = keys[0], keys[1], keys[2], keys[3]
-    y = _feistel(x // b, x % b, a, b, k0, k1, k2, k3)
-    while y >= n:
-        y = _feistel(y // b, y % b, a, b, k0, k1, k2, k3)
-    return y
+    ua = np.uint64(a)
+    ub = np.uint64(b)
+    k0 = np.uint64(keys[0]) & _M32
+    k1 = np.uint64(keys[1]) & _M32
+    k2 = np.uint64(keys[2]) & _M32
+    k3 = np.uint64(keys[3]) & _M32
+    y = np.uint64(x)
+    y = _feistel(y // ub, y % ub, ua, ub, k0, k1, k2, k3)
+    while y >= np.uint64(n):
+        y = _feistel(y // ub, y % ub, ua, ub, k0, k1, k2, k3)
+    return np.int64(y)
+
+
+_ROW = 2048  # positions per pass-1 batch: the permuted slots stay in L1 for pass 2
 
 
 @jit
 def shuffled_fill(start, stop, n, a, b, keys, offsets, table, shift, out_d, out_s):
     """Positions ``start..stop-1`` of the shuffled index: position ``s`` holds the
     ``pi(s)``-th slot of the per-dataset layout (dataset ``i`` owns slots
-    ``offsets[i]:offsets[i+1]``); ``table`` maps ``slot >> shift`` to a first guess."""
-    k0, k1, k2, k3 = keys[0], keys[1], keys[2], keys[3]  # scalars: no array passing per call
-    L = start // b
-    R = start - L * b
-    # pass 1: the permuted slot of every position (a short loop body, no walk branch)
-    for s in range(start, stop):
-        out_s[s - start] = _feistel(L, R, a, b, k0, k1, k2, k3)
-        R += 1
-        if R == b:
-            R = 0
-            L += 1
-    # pass 2: cycle-walk the few slots beyond n, find the dataset, number within it
-    for q in range(stop - start):
-        y = out_s[q]
-        while y >= n:
-            y = _feistel(y // b, y % b, a, b, k0, k1, k2, k3)
-        d = table[y >> shift]
-        while offsets[d + 1] <= y:
-            d += 1
-        out_d[q] = d
-        out_s[q] = y - offsets[d]
+    ``offsets[i]:offsets[i+1]``); ``table`` maps ``slot >> shift`` to the dataset owning
+    that bucket's first slot.
+
+    Position ``s`` is the pair ``(s // b, s % b)``; batches of one row (fixed ``L``) are
+    permuted first, a loop without branches or carried state that vectorises, then each
+    slot is cycle-walked below ``n`` (rare) and looked up. Unsigned indices spare numba's
+    negative-index checks (measured 1.4x on this loop).
+    """
+    ua = np.uint64(a)
+    ub = np.uint64(b)
+    k0 = np.uint64(keys[0]) & _M32
+    k1 = np.uint64(keys[1]) & _M32
+    k2 = np.uint64(keys[2]) & _M32
+    k3 = np.uint64(keys[3]) & _M32
+    un = np.uint64(n)
+    ushift = np.uint64(shift)
+    buf = np.empty(_ROW, np.uint64)
+    s = start
+    while s < stop:
+        L = s // b
+        r0 = s - L * b
+        m = min(b - r0, stop - s, _ROW)
+        uL = np.uint64(L)
+        ur0 = np.uint64(r0)
+        for j in range(np.uint64(m)):
+            buf[j] = _feistel(uL, ur0 + j, ua, ub, k0, k1, k2, k3)
+        o = np.uint64(s - start)
+        for j in range(np.uint64(m)):
+            y = buf[j]
+            while y >= un:
+                y = _feistel(y // ub, y % ub, ua, ub, k0, k1, k2, k3)
+            d = np.uint64(table[y >> ushift])
+            d += np.uint64(np.uint64(offsets[d + _ONE]) <= y)
+            while np.uint64(offsets[d + _ONE]) <= y:
+                d += _ONE
+            out_d[o + j] = d
+            out_s[o + j] = np.int64(y) - offsets[d]
+        s += m
