@@ -8,12 +8,12 @@ three ways:
 ``"megatron"``
     Bit-identical to Megatron-Core's ``build_blending_indices`` (weights normalised twice
     in float64 as Megatron's Python does; the greedy "largest deficit ``w_i*max(s,1) -
-    c_i``, lowest index on ties"), computed with an exact block filter instead of scanning
-    every dataset at every step.
+    c_i``, lowest index on ties"), computed with an exact threshold filter instead of
+    scanning every dataset at every step.
 ``"smooth"``
     A deterministic interleave in which every prefix of length ``s`` holds each dataset
-    ``floor(w_i*s)`` or ``ceil(w_i*s)`` times (Megatron's greedy drifts to about ±1.5), and
-    the totals are the largest-remainder apportionment.
+    ``floor(w_i*s)`` or ``ceil(w_i*s)`` times (Megatron's greedy drifts to about ±1.5); the
+    index of a size is the first part of the index of any larger size.
 ``"shuffled"``
     The same totals in a pseudo-random order from ``seed``: position ``s`` is sent through
     a keyed bijection of ``[0, size)`` (a four-round Feistel network over ``Z_a x Z_b``
@@ -178,8 +178,10 @@ class BlendedIndex:
         index they are computed directly: O(stop - start) time plus O(k) set-up, no other
         position is touched, so every rank of a data-parallel job can compute only its own
         part (see docs/blending.md). ``megatron`` and ``smooth`` are sequential
-        constructions, so a slice of them costs building the index up to ``stop`` once;
-        build it once (or :meth:`load` a saved one) and slice the result.
+        constructions, so a slice of them costs building the index up to ``stop`` once
+        (for ``smooth`` that is ``blend(weights, stop, "smooth")`` itself, whose index is
+        the first part of any larger one); build it once (or :meth:`load` a saved one)
+        and slice the result.
 
         Parameters
         ----------
@@ -460,13 +462,15 @@ def blend(
     size : int
         Number of samples, ``>= 0``.
     method : {"megatron", "smooth", "shuffled"}
-        ``megatron``: Megatron-Core's greedy, bit-identical. Cost O(size * (k/B + B)) for a
-        block of ``B ~ 2*sqrt(k)`` steps on typical weights, never worse than its O(size*k)
-        loop by more than the block bookkeeping. ``smooth``: every prefix within ±1 of its
-        quota, largest-remainder totals; O(size + k) amortised (about 60 ns per sample).
-        ``shuffled``: the
-        largest-remainder totals in a seeded pseudo-random order; O(size + k), and any
-        slice on its own in O(len + k).
+        ``megatron``: Megatron-Core's greedy, bit-identical. Cost O(size * (k/B + m)) for
+        blocks of ``B = 32`` steps and the ``m`` datasets near the top (a few dozen for
+        lognormal weights), never more than O(size * k) (the loop's), about 10x faster than
+        the loop at 1000 datasets. ``smooth``: every prefix within ±1 of its quota; the
+        totals are a quota apportionment, and the index of a size is a prefix of the index
+        of any larger size; O(size + k * size / B) for blocks of ``B >= 16384`` (about 6 ns
+        per sample). ``shuffled``: the largest-remainder
+        totals in a seeded pseudo-random order; O(size + k) (about 1.5 ns per sample on one
+        core, split over the available cores), and any slice on its own in O(len + k).
     seed : int
         Seed of ``shuffled`` (ignored, and recorded as 0, otherwise).
     progress : bool or None
@@ -524,20 +528,20 @@ def blend(
                 bar.update(hi - lo)
         return BlendedIndex(_readonly(d), _readonly(s), _readonly(counts), _readonly(w), method, 0, n)
 
-    counts = largest_remainder(w, n)
     if method == "smooth":
-        from ._kernels.blend import smooth_fill
+        from ._kernels.blend_smooth import smooth_fill
 
         if n >= 2**53:
             raise ValueError("size must be below 2**53 for method='smooth'")
         d = np.empty(n, dtype=dtype)
         s = np.empty(n, dtype=np.int64)
-        ring = 1 << max(4, min(int(n + 2).bit_length(), 22))
-        missed = smooth_fill(w, counts, n, ring, d, s)
+        counts = np.zeros(k, dtype=np.int64)
+        missed = smooth_fill(w, n, counts, d, s)
         if missed:  # never observed; kept loud rather than silent
             raise RuntimeError(f"smooth blend missed {missed} quota windows; please report this input")
         return BlendedIndex(_readonly(d), _readonly(s), _readonly(counts), _readonly(w), method, 0, n)
 
+    counts = largest_remainder(w, n)
     if not materialize:
         return BlendedIndex(None, None, _readonly(counts), _readonly(w), method, seed, n)
     d, s = _shuffled_range(counts, n, seed, 0, n, _progress_wanted(progress, 20.0 * n))

@@ -74,6 +74,18 @@ def largest_remainder(weights, size):
     return np.array(seats, np.int64)
 
 
+def is_quota_apportionment(weights, size, counts):
+    """``counts`` sum to ``size`` and each is floor or ceil of ``size * w_i`` (exact
+    rationals of the float weights, as the smooth prefix property uses them)."""
+    if int(np.sum(counts)) != size:
+        return False
+    for x, c in zip(weights, counts):
+        q = Fraction(float(x)) * size
+        if not math.floor(q) <= int(c) <= math.ceil(q):
+            return False
+    return True
+
+
 def quota_violations(weights, dataset_index):
     """Prefixes where some dataset's count is not floor or ceil of ``s*w_i`` (exact
     rationals of the float weights); returns a list of ``(s, i, count)``."""

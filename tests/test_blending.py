@@ -162,11 +162,14 @@ def test_exhaustive_zero_size_is_skipped():
 def test_smooth_quota_every_prefix(w, n):
     idx = packlib.blend(w, n, "smooth")
     assert nb.quota_violations(idx.weights, idx.dataset_index) == []
-    assert np.array_equal(idx.counts, nb.largest_remainder(idx.weights, n))
+    assert nb.is_quota_apportionment(idx.weights, n, idx.counts)
     assert np.array_equal(np.bincount(idx.dataset_index, minlength=len(w)), idx.counts)
     # smooth numbers each dataset's samples in order
     for i in range(len(w)):
         assert idx.dataset_sample_index[idx.dataset_index == i].tolist() == list(range(idx.counts[i]))
+    # and a smaller size gives the first part of the same order
+    part = packlib.blend(w, n // 2, "smooth")
+    assert np.array_equal(part.dataset_index, idx.dataset_index[: n // 2])
 
 
 @pytest.mark.parametrize("k", [2, 5, 60, 400])
@@ -191,7 +194,7 @@ def test_smooth_quota_families(k):
         for s, i in zip(*np.nonzero(close)):
             q = fr[i] * int(s + 1)
             assert q.__floor__() <= cum[s, i] <= q.__ceil__(), (name, s, i)
-        assert np.array_equal(idx.counts, nb.largest_remainder(idx.weights, n)), name
+        assert nb.is_quota_apportionment(idx.weights, n, idx.counts), name
 
 
 def test_largest_remainder_tie_rule():
