@@ -80,7 +80,6 @@ def main():
     print(f"numba {numba.__version__}, numpy {np.__version__}\n")
 
     print(f"megatron, {k} datasets x {n_meg:,} samples (k=8 row: 8 datasets)")
-    print(f"{'weights':<22}{'loop':>10}{'packlib':>10}{'speed-up':>10}  equal")
     cases = [
         ("lognormal", rng.lognormal(0, 1, k), n_meg),
         ("near-equal distinct", 1 + rng.random(k) * 1e-9, n_meg),
