@@ -418,3 +418,52 @@ def test_shuffled_threads_and_chunks_agree(monkeypatch):
     d, s = lazy.slice(1_234_567, 1_300_000)
     assert np.array_equal(d, full.dataset_index[1_234_567:1_300_000])
     assert np.array_equal(s, full.dataset_sample_index[1_234_567:1_300_000])
+
+
+def test_smooth_two_threads_equal_one(monkeypatch):
+    """The two-thread smooth build hands blocks between threads; the index must be the
+    single-kernel one exactly, over many blocks and with a short last block (and with a
+    progress bar, which the block-by-block build drives)."""
+    import packlib.blending as B
+    from packlib._kernels.blend_smooth import smooth_fill
+
+    monkeypatch.setattr(B, "_worker_count", lambda n: 2)
+    monkeypatch.setattr(B, "_SMOOTH_THREADED_FROM", 1)
+    rng = np.random.default_rng(8)
+    cases = ((rng.lognormal(0, 1, 1000), 1_000_003), (rng.lognormal(0, 3, 50), 300_001), ([1.0, 2.0], 5))
+    for (w, n), progress in zip(cases, (False, True, False)):
+        idx = packlib.blend(w, n, "smooth", progress=progress)
+        d = np.empty(n, idx.dataset_index.dtype)
+        s = np.empty(n, np.int64)
+        c = np.zeros(len(w), np.int64)
+        assert smooth_fill(idx.weights, n, c, d, s) == 0
+        assert np.array_equal(idx.dataset_index, d) and np.array_equal(idx.dataset_sample_index, s)
+        assert np.array_equal(idx.counts, c)
+
+
+def test_smooth_two_threads_surface_errors(monkeypatch):
+    """A failure in the job-producing thread is raised in the caller, not a hang."""
+    import packlib._kernels.blend_smooth as KS
+    import packlib.blending as B
+
+    monkeypatch.setattr(B, "_worker_count", lambda n: 2)
+    monkeypatch.setattr(B, "_SMOOTH_THREADED_FROM", 1)
+
+    def broken(*args):
+        raise MemoryError("simulated")
+
+    monkeypatch.setattr(KS, "block_jobs", broken)
+    with pytest.raises(MemoryError, match="simulated"):
+        packlib.blend([1.0, 2.0, 3.0], 200_000, "smooth")
+
+
+def test_smooth_progress_one_thread_equal(monkeypatch):
+    """With one CPU, a progress bar makes the build go block by block from Python."""
+    import packlib.blending as B
+
+    monkeypatch.setattr(B, "_worker_count", lambda n: 1)
+    w = np.random.default_rng(9).lognormal(0, 1, 300)
+    a = packlib.blend(w, 400_001, "smooth", progress=True)
+    b = packlib.blend(w, 400_001, "smooth", progress=False)
+    assert np.array_equal(a.dataset_index, b.dataset_index) and np.array_equal(a.dataset_sample_index, b.dataset_sample_index)
+    assert np.array_equal(a.counts, b.counts)

@@ -240,6 +240,63 @@ def _fill_tail(w, inv, n, cnt, fx, occ, out_d, out_s):
 
 
 @jit
+def block_deadlines(k, n, threaded):
+    """Deadlines per block: enough that the per-dataset work (k steps a block) stays
+    small; twice as many when blocks are handed between threads (the hand-over costs)."""
+    B = 1 << (15 if threaded else 14)
+    while B < 16 * k and B < (1 << 26):
+        B <<= 1
+    return max(1, min(B, n))
+
+
+@jit
+def smooth_setup(w, n, B):
+    """Per-dataset reciprocals, the bitmap of taken slots (slots ``n..`` of its last real
+    word marked taken, then a zero sentinel word), the placement cursor ``pos`` = [word of
+    the first free slot, that word's bits], and the job buffers of a block of ``B``
+    deadlines: per dataset ``floor(w*X1) - floor(w*X0) <= w*B + 1``, so at most
+    ``B*sum(w) + k`` jobs (``sum(w)`` exceeds 1 by float rounding at most)."""
+    k = w.shape[0]
+    inv = np.zeros(k, np.float64)
+    for i in range(k):
+        if w[i] > 0.0:
+            inv[i] = 1.0 / w[i]
+    nw = (n >> 6) + 2
+    occ = np.zeros(nw, np.uint64)
+    for b in range(n, (nw - 1) << 6):
+        occ[b >> 6] |= np.uint64(1) << np.uint64(b & 63)
+    pos = np.zeros(2, np.uint64)
+    pos[1] = occ[0]
+    cap = B + 2 * k + 64
+    return inv, occ, pos, cap
+
+
+@jit
+def block_jobs(w, inv, cnt, fx, D0, Dend, job, hist, srt):
+    """The jobs due in deadlines ``D0 .. Dend-1`` sorted by deadline into ``srt``
+    (``cnt``/``fx``: per-dataset jobs generated so far and next first slot, updated).
+    Returns (jobs, misses)."""
+    mj, missed = _generate(w, inv, cnt, fx, D0, Dend, job, hist)
+    _sort(job, hist, mj, Dend - D0, srt)
+    return mj, missed
+
+
+@jit
+def place_block(srt, mj, D0, occ, pos, done, out_d, out_s):
+    """Place a block's sorted jobs; ``pos`` carries the cursor between blocks."""
+    lw, cur, missed = _place(srt, mj, D0, occ, np.int64(pos[0]), pos[1], done, out_d, out_s)
+    pos[0] = np.uint64(lw)
+    pos[1] = cur
+    return missed
+
+
+@jit
+def finish(w, inv, n, cnt, fx, occ, out_d, out_s):
+    """The jobs due after ``n`` into the positions still free (see :func:`_fill_tail`)."""
+    return _fill_tail(w, inv, n, cnt, fx, occ, out_d, out_s)
+
+
+@jit
 def smooth_fill(w, n, counts, out_d, out_s):
     """Fill ``out_d[:n]`` (dataset of each sample) and ``out_s[:n]`` (its number within the
     dataset) so that every prefix of length ``s`` holds dataset ``i`` ``floor(w_i*s)`` or
@@ -247,7 +304,8 @@ def smooth_fill(w, n, counts, out_d, out_s):
 
     ``w``: float64 weights (``>= 0``, sum 1 up to float rounding; zeros are never picked).
     Returns the number of missed windows plus unfilled positions (0 when the property
-    holds, as it does whenever such an order exists).
+    holds, as it does whenever such an order exists). ``packlib.blending`` runs the same
+    phases on two threads (jobs of the next block while this one is placed).
     """
     # The phases are separate kernels called once per block (their loops compile with
     # fewer live values, so fewer spills); inside them everything is written inline, and
@@ -257,39 +315,18 @@ def smooth_fill(w, n, counts, out_d, out_s):
         counts[i] = 0
     if n <= 0:
         return 0
-    # blocks of B deadlines: the per-dataset work per block (k steps) stays small
-    B = 1 << 14
-    while B < 16 * k and B < (1 << 26):
-        B <<= 1
-    if B > n:
-        B = n
-    # jobs due in a block: per dataset floor(w*X1) - floor(w*X0) <= w*B + 1, so at most
-    # B*sum(w) + k (sum(w) exceeds 1 by float rounding at most)
-    cap = B + 2 * k + 64
+    B = block_deadlines(k, n, False)
+    inv, occ, pos, cap = smooth_setup(w, n, B)
     job = np.empty((cap, 2), np.int64)  # rows: (deadline-D0) << 32 | dataset, first slot
     srt = np.empty((cap, 2), np.int64)  # the same rows sorted by deadline
-    done = np.zeros(k, np.int64)  # samples placed per dataset (they are placed in order)
     hist = np.zeros(B + 1, np.int64)
     fx = np.zeros(k, np.int64)  # first allowed slot of each dataset's next job
-    inv = np.zeros(k, np.float64)
-    for i in range(k):
-        if w[i] > 0.0:
-            inv[i] = 1.0 / w[i]
-    # taken slots; slots n.. of the last real word are marked taken, then a zero sentinel
-    # word
-    nw = (n >> 6) + 2
-    occ = np.zeros(nw, np.uint64)
-    for b in range(n, (nw - 1) << 6):
-        occ[b >> 6] |= np.uint64(1) << np.uint64(b & 63)
+    done = np.zeros(k, np.int64)  # samples placed per dataset (they are placed in order)
     missed = 0
-    lw = 0
-    cur = occ[0]
     D0 = 1
     while D0 <= n:
         Dend = min(D0 + B, n + 1)
-        mj, m1 = _generate(w, inv, counts, fx, D0, Dend, job, hist)
-        _sort(job, hist, mj, Dend - D0, srt)
-        lw, cur, m2 = _place(srt, mj, D0, occ, lw, cur, done, out_d, out_s)
-        missed += m1 + m2
+        mj, m1 = block_jobs(w, inv, counts, fx, D0, Dend, job, hist, srt)
+        missed += m1 + place_block(srt, mj, D0, occ, pos, done, out_d, out_s)
         D0 = Dend
-    return missed + _fill_tail(w, inv, n, counts, fx, occ, out_d, out_s)
+    return missed + finish(w, inv, n, counts, fx, occ, out_d, out_s)
