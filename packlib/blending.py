@@ -479,8 +479,8 @@ def _smooth_blocks(w, n, counts, out_d, out_s, threaded: bool, bar) -> int:
 
 
 def _worker_count(n: int) -> int:
-    """Threads for a shuffled build of ``n`` positions: the kernel releases the GIL and
-    positions are independent, so big builds split over the CPUs this process may use."""
+    """Threads for a build of ``n`` samples: the kernels release the GIL, so big shuffled
+    builds split over the CPUs this process may use (and smooth uses two)."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
@@ -543,7 +543,7 @@ def blend(
         totals are a quota apportionment, and the index of a size is a prefix of the index
         of any larger size; O(size + k * size / B) for blocks of ``B >= 16384`` (about 6 ns
         per sample on one core, 3.5 ns with a second one). ``shuffled``: the largest-remainder
-        totals in a seeded pseudo-random order; O(size + k) (about 1.5 ns per sample on one
+        totals in a seeded pseudo-random order; O(size + k) (about 3 ns per sample on one
         core, split over the available cores), and any slice on its own in O(len + k).
     seed : int
         Seed of ``shuffled`` (ignored, and recorded as 0, otherwise).
@@ -587,12 +587,12 @@ def blend(
     dtype = _index_dtype(k)
 
     if method == "megatron":
-        from ._kernels.blend import megatron_fill
+        from ._kernels.blend import THETA_GAP, megatron_fill
 
         d = np.empty(n, dtype=dtype)
         s = np.empty(n, dtype=np.int64)
         counts = np.zeros(k, dtype=np.int64)
-        state = np.array([0.0, 0.02])  # filter threshold and its last drop, kept across chunks
+        state = np.array([0.0, THETA_GAP])  # filter threshold and its last drop, across chunks
         show = _progress_wanted(progress, float(n) * min(k, 100))
         step = _CHUNK if show is not False else max(n, 1)
         with progress_bar(n, "blend (megatron)", show, unit="sample") as bar:

@@ -33,7 +33,7 @@ def megatron_loop(w, start, stop, counts, out_d, out_s):
 
 # The threshold follows the smallest winning deficit of the last block, kept this far below
 # it; a block that finds a step below its threshold lowers it by twice the last drop.
-_THETA_GAP = 0.02
+THETA_GAP = 0.02
 _THETA_RISE = 0.002
 
 
@@ -121,8 +121,8 @@ def megatron_fill(w, start, stop, counts, out_d, out_s, block, state):
             theta -= drop
             drop *= 2.0
         else:
-            theta = min(theta + _THETA_RISE, low - _THETA_GAP)
-            drop = _THETA_GAP
+            theta = min(theta + _THETA_RISE, low - THETA_GAP)
+            drop = THETA_GAP
         s = q
     for i in range(k):
         counts[i] = np.int64(cf[i])
@@ -206,14 +206,18 @@ def _feistel(L, R, a, b, k0, k1, k2, k3):
 
 
 @jit
+def _round_keys(keys):
+    """The four 32-bit round keys (scalars, so the hot loops pass no array)."""
+    return (np.uint64(keys[0]) & _M32, np.uint64(keys[1]) & _M32,
+            np.uint64(keys[2]) & _M32, np.uint64(keys[3]) & _M32)
+
+
+@jit
 def permute(x, n, a, b, keys):
     """The permuted position of ``x`` in ``[0, n)`` (cycle-walking over ``[0, a*b)``)."""
     ua = np.uint64(a)
     ub = np.uint64(b)
-    k0 = np.uint64(keys[0]) & _M32
-    k1 = np.uint64(keys[1]) & _M32
-    k2 = np.uint64(keys[2]) & _M32
-    k3 = np.uint64(keys[3]) & _M32
+    k0, k1, k2, k3 = _round_keys(keys)
     y = np.uint64(x)
     y = _feistel(y // ub, y % ub, ua, ub, k0, k1, k2, k3)
     while y >= np.uint64(n):
@@ -238,10 +242,7 @@ def shuffled_fill(start, stop, n, a, b, keys, offsets, table, shift, out_d, out_
     """
     ua = np.uint64(a)
     ub = np.uint64(b)
-    k0 = np.uint64(keys[0]) & _M32
-    k1 = np.uint64(keys[1]) & _M32
-    k2 = np.uint64(keys[2]) & _M32
-    k3 = np.uint64(keys[3]) & _M32
+    k0, k1, k2, k3 = _round_keys(keys)
     un = np.uint64(n)
     ushift = np.uint64(shift)
     buf = np.empty(_ROW, np.uint64)

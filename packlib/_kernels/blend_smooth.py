@@ -30,12 +30,40 @@ a find-first-zero from ``max(r, first free)``, mostly within one 64-bit word. Th
 ``k`` jobs due after ``n`` then fill the free positions, in the same order.
 """
 import numpy as np
-from numba.cpython.unsafe.numbers import trailing_zeros  # llvm.cttz (tzcnt), inlined
 
 from .._jit import jit
 
+try:  # llvm.cttz (one tzcnt), inlined; numba-internal, so keep a portable fallback
+    from numba.cpython.unsafe.numbers import trailing_zeros
+except ImportError:  # pragma: no cover - numba versions without it
+    _DEBRUIJN = np.uint64(0x03F79D71B4CB0A89)
+    _DEBRUIJN_TABLE = np.array(
+        [0, 1, 48, 2, 57, 49, 28, 3, 61, 58, 50, 42, 38, 29, 17, 4,
+         62, 55, 59, 36, 53, 51, 43, 22, 45, 39, 33, 30, 24, 18, 12, 5,
+         63, 47, 56, 27, 60, 41, 37, 16, 54, 35, 52, 21, 44, 32, 23, 11,
+         46, 26, 40, 15, 34, 20, 31, 10, 25, 14, 19, 9, 13, 8, 7, 6],
+        dtype=np.int64,
+    )
+
+    @jit
+    def trailing_zeros(x):
+        """Index of the lowest set bit of a non-zero uint64 (de Bruijn multiply)."""
+        return _DEBRUIJN_TABLE[np.int64(((x & (np.uint64(0) - x)) * _DEBRUIJN) >> np.uint64(58))]
+
 _SPLIT = 134217729.0  # 2**27 + 1: Dekker's splitter for float64
 _ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+@jit
+def _product_error(a, b, P):
+    """``a*b - P`` exactly for ``P = fl(a*b)`` (Dekker's error-free product)."""
+    c = _SPLIT * a
+    ah = c - (c - a)
+    al = a - ah
+    c = _SPLIT * b
+    bh = c - (c - b)
+    bl = b - bh
+    return ((ah * bh - P) + ah * bl + al * bh) + al * bl
 
 
 @jit
@@ -45,13 +73,7 @@ def _exact_split(wi, q, j):
     mf = np.floor(q + 0.5)
     flo = np.int64(mf)
     P = wi * mf
-    cc = _SPLIT * wi
-    ah = cc - (cc - wi)
-    al = wi - ah
-    cc = _SPLIT * mf
-    bh = cc - (cc - mf)
-    bl = mf - bh
-    err = ((ah * bh - P) + ah * bl + al * bh) + al * bl
+    err = _product_error(wi, mf, P)
     dd = P - float(j)
     if dd > -err:  # w*mm > j: q < mm
         return flo - 1, flo
@@ -63,8 +85,8 @@ def _exact_split(wi, q, j):
 @jit
 def _generate(w, inv, cnt, fx, D0, Dend, job, hist):
     """The jobs due in deadlines ``D0 .. Dend-1``, dataset by dataset, one row of ``job``
-    each: ``(deadline - D0) << 32 | dataset``, first allowed slot (release - 1), sample
-    number; ``hist[b + 1]`` counts deadline ``D0 + b``. Returns (jobs, misses)."""
+    each: ``(deadline - D0) << 32 | dataset`` and the first allowed slot (release - 1);
+    ``hist[b + 1]`` counts deadline ``D0 + b``. Returns (jobs, misses)."""
     k = w.shape[0]
     cap = job.shape[0]
     X = Dend - 1
@@ -82,16 +104,8 @@ def _generate(w, inv, cnt, fx, D0, Dend, job, hist):
         # m = floor(w*X) exactly: the jobs with deadline ceil(j/w) <= X
         P = wi * Xf
         f = np.floor(P)
-        if P == f:  # the product rounded to an integer: its rounding error decides
-            cc = _SPLIT * wi
-            ah = cc - (cc - wi)
-            al = wi - ah
-            cc = _SPLIT * Xf
-            bh = cc - (cc - Xf)
-            bl = Xf - bh
-            err = ((ah * bh - P) + ah * bl + al * bh) + al * bl
-            if err < 0.0:
-                f -= 1.0
+        if P == f and _product_error(wi, Xf, P) < 0.0:  # rounded up onto an integer
+            f -= 1.0
         m = np.int64(f)
         if m <= c:
             continue
@@ -179,8 +193,8 @@ def _place(srt, mj, D0, occ, lw, cur, done, out_d, out_s):
         slot = (wd << 6) + np.int64(trailing_zeros(bits))
         occ[np.uint64(wd)] |= low
         cur |= low if wd == lw else np.uint64(0)
-        out_d[np.uint64(slot)] = pk & lo32
         i = pk & lo32
+        out_d[np.uint64(slot)] = i
         out_s[np.uint64(slot)] = done[np.uint64(i)]
         done[np.uint64(i)] += 1
         missed += slot > Dm1 + (pk >> 32)
