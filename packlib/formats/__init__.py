@@ -9,12 +9,14 @@ Submodules (each imported on first use; optional dependencies only inside them):
 - :mod:`~packlib.formats.hdf5`: Cerebras-style GPT HDF5 files (needs ``h5py``).
 - :mod:`~packlib.formats.varlen`: padding-free fields (``cu_seqlens``, ``position_ids``,
   ``seq_idx``; Hugging Face, Megatron ``thd`` and torchtune batches).
+- :mod:`~packlib.formats.arrow`: pack Arrow tables and Hugging Face datasets whole, with
+  TRL's ``seq_lengths`` column (needs ``pyarrow``; ``datasets`` for datasets).
 """
 from __future__ import annotations
 
 from importlib import import_module
 
-_SUBMODULES = ("tfrecord", "example", "mlperf_bert", "hdf5", "varlen")
+_SUBMODULES = ("tfrecord", "example", "mlperf_bert", "hdf5", "varlen", "arrow")
 _EXPORTS = {
     "read_tfrecord": "tfrecord",
     "write_tfrecord": "tfrecord",
@@ -41,6 +43,9 @@ _EXPORTS = {
     "torchtune_pack": "varlen",
     "mlperf_input_mask": "varlen",
     "attention_span": "varlen",
+    "pack_table": "arrow",
+    "pack_dataset": "arrow",
+    "packing_report": "arrow",
 }
 # the short names above are conveniences; the API reference documents each submodule once
 __all__ = list(_SUBMODULES)

@@ -1,0 +1,87 @@
+"""Kernels of the Arrow adapter (:mod:`packlib.formats.arrow`): arrays in, arrays out.
+
+Tokens are copied once, segment by segment, from the list columns' value buffers into the
+packed value buffer. Fixed-width values are handled as unsigned integers of the same width
+(a copy does not care what the bits mean), so four specialisations cover every numeric,
+temporal and float16 type.
+"""
+import numpy as np
+
+from .._jit import jit
+
+
+@jit
+def group_by_chunk(row, start, length, out_pos, bounds):
+    """Group segments by the chunk that holds their row (a stable counting sort).
+
+    ``bounds`` (int64, ``K + 1``) are the chunks' first rows, ``bounds[K]`` = number of rows.
+    Returns the segments' local rows, starts, lengths and output positions grouped by chunk
+    and ``ptr`` (``K + 1``): chunk ``c`` owns entries ``ptr[c]:ptr[c + 1]``.
+    """
+    n = row.size
+    K = bounds.size - 1
+    cid = np.empty(n, np.int64)
+    ptr = np.zeros(K + 1, np.int64)
+    for k in range(n):
+        r = row[k]
+        lo = 0
+        hi = K
+        while hi - lo > 1:  # largest c with bounds[c] <= r (bounds[K] > r)
+            mid = (lo + hi) >> 1
+            if bounds[mid] <= r:
+                lo = mid
+            else:
+                hi = mid
+        cid[k] = lo
+        ptr[lo + 1] += 1
+    for c in range(K):
+        ptr[c + 1] += ptr[c]
+    fill = ptr[:K].copy()
+    local_row = np.empty(n, np.int64)
+    g_start = np.empty(n, np.int64)
+    g_length = np.empty(n, np.int64)
+    g_out = np.empty(n, np.int64)
+    for k in range(n):
+        c = cid[k]
+        j = fill[c]
+        fill[c] = j + 1
+        local_row[j] = row[k] - bounds[c]
+        g_start[j] = start[k]
+        g_length[j] = length[k]
+        g_out[j] = out_pos[k]
+    return local_row, g_start, g_length, g_out, ptr
+
+
+@jit
+def gather_values(values, offsets, local_row, start, length, out_pos, out):
+    """``out[out_pos[k] : out_pos[k] + length[k]] = values[offsets[local_row[k]] + start[k] : ... + length[k]]``."""
+    for k in range(local_row.size):
+        src = offsets[local_row[k]] + start[k]
+        dst = out_pos[k]
+        for j in range(length[k]):
+            out[dst + j] = values[src + j]
+
+
+@jit
+def segment_positions(length, total):
+    """Positions ``0 .. length[k] - 1`` of every segment, laid end to end (int64, ``total``)."""
+    out = np.empty(total, np.int64)
+    o = 0
+    for k in range(length.size):
+        for j in range(length[k]):
+            out[o + j] = j
+        o += length[k]
+    return out
+
+
+@jit
+def token_index(row_value_start, row, start, length, total):
+    """The index of every output token in the concatenated value arrays (for ``take``)."""
+    out = np.empty(total, np.int64)
+    o = 0
+    for k in range(row.size):
+        src = row_value_start[row[k]] + start[k]
+        for j in range(length[k]):
+            out[o + j] = src + j
+        o += length[k]
+    return out
