@@ -1,4 +1,5 @@
 import os
+import pathlib
 
 from hypothesis import HealthCheck, settings
 
@@ -10,3 +11,23 @@ settings.register_profile(
     "thorough", deadline=None, max_examples=1000, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+# Golden data lives in the repository, so every clone runs the same tests.
+DATA_DIR = pathlib.Path(__file__).resolve().parent / "data"
+GOLDEN_DIR = DATA_DIR / "reference-outputs"
+
+
+def reference_plan_files() -> list[pathlib.Path]:
+    """The reference SPFHP/LPFHP plans on the bundled Wikipedia histogram (one JSON file per
+    method and depth: ``strategies``, ``repeat_counts``, ``n_packs``), sorted by name.
+
+    Raises if there are none, so a broken checkout fails instead of parametrizing nothing.
+    """
+    files = sorted(GOLDEN_DIR.glob("*.json"))
+    if not files:
+        raise FileNotFoundError(f"no golden reference plans in {GOLDEN_DIR}")
+    return files
+
+
+# for ``@pytest.mark.parametrize("path", REFERENCE_OUTPUTS, ...)``
+REFERENCE_OUTPUTS = reference_plan_files()
