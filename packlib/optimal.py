@@ -34,18 +34,82 @@ from fractions import Fraction
 
 import numpy as np
 
-from .packing import PackingPlan, _histogram_args
+from .packing import PackingPlan, _histogram_args, histogram_signature
 
-__all__ = ["LowerBound", "lower_bound", "optimal_pack"]
+__all__ = ["Certificate", "LowerBound", "lower_bound", "optimal_pack"]
 
-_PRICE_SCALE = 2.0**48  # integer prices below 2**53 keep every DP value exact in float64
 _USE_HIGHS_BINDINGS = True  # False: a cold linprog solve per round (tests exercise this path)
 _IMPROVE = 1e-9  # a pattern enters when its value exceeds 1 + _IMPROVE
+_MAX_ROUNDS = 10_000  # LP rounds per phase of column generation (status 2 when reached)
 
 
 # --------------------------------------------------------------------------------------
 # Result type
 # --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, repr=False)
+class Certificate:
+    """A proof of a lower bound on the number of packs that anyone can check.
+
+    Every pack of at most ``max_sequences_per_pack`` sequences (any number when ``None``)
+    whose lengths add up to at most ``max_sequence_length`` has a price sum of at most
+    ``denominator`` (copies of a length count once each; a pack may hold any number of
+    copies). So ``packs >= sum(counts * prices) / denominator`` for any packing of the
+    histogram (weak LP duality, Farley 1990), and ``bound`` is the ceiling of that.
+    Checking it is one knapsack DP over ``(sequences, tokens)``: see
+    ``tests/naive_certificate.py`` for a plain-Python checker.
+
+    Attributes
+    ----------
+    lengths : int64 array, shape ``(n,)``
+        The distinct lengths of the histogram, ascending.
+    counts : int64 array, shape ``(n,)``
+        How many sequences have each length.
+    prices : int64 array, shape ``(n,)``
+        A price per length, ``>= 0``.
+    denominator : int
+        ``0 < denominator <= 2**40``: the largest price sum of any pack.
+    max_sequence_length : int
+    max_sequences_per_pack : int or None
+    """
+
+    lengths: np.ndarray
+    counts: np.ndarray
+    prices: np.ndarray
+    denominator: int
+    max_sequence_length: int
+    max_sequences_per_pack: int | None
+
+    @property
+    def bound(self) -> int:
+        """``ceil(sum(counts * prices) / denominator)``, in exact integer arithmetic."""
+        num = sum(int(c) * int(p) for c, p in zip(self.counts.tolist(), self.prices.tolist()))
+        return -(-num // int(self.denominator))
+
+    def to_dict(self) -> dict:
+        """The certificate as plain lists and ints (JSON-serialisable)."""
+        return {
+            "lengths": self.lengths.tolist(),
+            "counts": self.counts.tolist(),
+            "prices": self.prices.tolist(),
+            "denominator": int(self.denominator),
+            "max_sequence_length": self.max_sequence_length,
+            "max_sequences_per_pack": self.max_sequences_per_pack,
+        }
+
+    def __repr__(self) -> str:
+        return (f"Certificate({self.lengths.size:,} lengths, denominator {self.denominator:,}, "
+                f"bound {self.bound:,})")
+
+
+def _certificate(lengths, counts, prices, denominator, L, depth) -> Certificate:
+    ro = []
+    for a in (lengths, counts, prices):
+        a = np.array(a, dtype=np.int64)
+        a.setflags(write=False)
+        ro.append(a)
+    return Certificate(ro[0], ro[1], ro[2], int(denominator), int(L), depth)
 
 
 @dataclass(frozen=True, repr=False)
@@ -57,16 +121,19 @@ class LowerBound:
     bound : int
         The best of the bounds below: no packing uses fewer packs.
     lp_bound : int
-        ``ceil`` of the certified cutting-stock LP bound (see the module docs).
+        The best bound certified from the cutting-stock LP's duals, equal to
+        ``certificate.bound`` (the simple bounds below are such dual bounds too, so
+        ``lp_bound == bound``).
     lp_value : float
         The value of the last LP HiGHS solved: the LP optimum, or slightly above it when
         column generation stopped because the ceiling was already proven (``lp_bound``
-        itself comes from a verified dual solution, not from this value).
+        itself comes from a verified dual solution, not from this value). NaN when no
+        LP was solved.
     lp_converged : bool
         Whether ``lp_bound`` is the ceiling of the LP optimum: column generation solved
         the LP, or proved that further rounds could not raise the ceiling
-        (``info["lp"]`` says which). ``False``: stopped by the time limit (the bound is
-        then weaker but still valid) or not needed.
+        (``info["lp"]`` says which). ``False``: stopped early (the bound is then weaker
+        but still valid) or not needed.
     trivial_bound : int
         ``ceil(tokens / L)``.
     large_items_bound : int
@@ -75,8 +142,16 @@ class LowerBound:
         ``ceil(sequences / max_sequences_per_pack)`` (0 when unlimited).
     max_sequence_length : int
     max_sequences_per_pack : int or None
+    certificate : Certificate
+        Integer prices per length that prove ``bound`` (checkable without packlib).
+    status : int
+        ``0``: finished (the LP was solved, its ceiling proven, or not needed);
+        ``1``: stopped by the time limit; ``2``: stopped by the limit on LP rounds.
+        Whatever the status, ``bound`` is proven.
+    message : str
+        How it stopped, in a sentence.
     info : dict
-        ``rounds`` (LP solves), ``columns`` (patterns generated), ``seconds``.
+        ``rounds`` (LP solves), ``columns`` (patterns generated), ``seconds``, ``lp``.
     """
 
     bound: int
@@ -89,6 +164,14 @@ class LowerBound:
     max_sequence_length: int
     max_sequences_per_pack: int | None
     info: dict = field(default_factory=dict, compare=False)
+    certificate: Certificate | None = field(default=None, compare=False)
+    status: int = 0
+    message: str = ""
+
+    @property
+    def success(self) -> bool:
+        """``status == 0``."""
+        return self.status == 0
 
     def __int__(self) -> int:
         return self.bound
@@ -105,6 +188,9 @@ class LowerBound:
             "cardinality_bound": self.cardinality_bound,
             "max_sequence_length": self.max_sequence_length,
             "max_sequences_per_pack": self.max_sequences_per_pack,
+            "status": self.status,
+            "message": self.message,
+            "certificate": None if self.certificate is None else self.certificate.to_dict(),
             "info": dict(self.info),
         }
 
@@ -113,10 +199,10 @@ class LowerBound:
         status = self.info.get("lp", "solved")
         if status == "skipped":
             lp = "LP not needed"
-        elif self.lp_bound == 0 and not self.lp_converged:
+        elif math.isnan(self.lp_value):
             lp = "LP not run (time limit)"
         else:
-            lp = f"LP {self.lp_bound:,} (value {self.lp_value:,.3f}{'' if self.lp_converged else ', stopped by the time limit'})"
+            lp = f"LP {self.lp_bound:,} (value {self.lp_value:,.3f}{'' if self.lp_converged else ', stopped early'})"
         return (
             f"LowerBound({self.bound:,} packs of {self.max_sequence_length} tokens, max {depth} per pack: "
             f"{lp}, tokens {self.trivial_bound:,}, long sequences {self.large_items_bound:,}, "
@@ -130,9 +216,11 @@ class LowerBound:
 
 
 def _caps(h: np.ndarray, L: int, depth: int | None) -> np.ndarray:
-    """Most copies of each length one pack can hold (0 for lengths not in ``h``)."""
+    """Most copies of each length one pack can hold (0 for lengths not in ``h``). The
+    histogram's counts do not cap them: the LP (and its certificate) is over all packs of
+    the present lengths, which keeps the certificate checkable by a plain knapsack DP."""
     lengths = np.arange(1, L + 1)
-    caps = np.minimum(h, L // lengths)
+    caps = np.where(h > 0, L // lengths, 0)
     if depth is not None:
         caps = np.minimum(caps, depth)
     return np.ascontiguousarray(caps, dtype=np.int64)
@@ -295,21 +383,61 @@ class _Master:
         return res.x, float(res.fun), y
 
 
-def _certify(y: np.ndarray, h: np.ndarray, caps, L: int, kdepth: int, width: int) -> Fraction:
-    """A rigorous lower bound from prices ``y``: ``sum(h*y') / max_pattern sum(y')`` with
-    ``y'`` integers, the maximum computed exactly by the pricing DP."""
-    from ._kernels.optimal import price
+_MAX_DENOMINATOR = 2**40
 
-    y = np.clip(np.nan_to_num(y), 0.0, 1.0)
-    if not (y > 0).any():
-        return Fraction(0)
-    v, _, _ = price(y, caps, L, kdepth, np.inf, width, False)
-    yi = np.floor(y * (_PRICE_SCALE / max(v, 1e-300) * (1.0 - 1e-9)))  # pattern values < 2**48
-    vi, _, _ = price(yi, caps, L, kdepth, np.inf, width, False)
-    if vi <= 0:
-        return Fraction(0)
-    num = sum(int(a) * int(b) for a, b in zip(h.tolist(), yi.tolist()) if a and b)
-    return Fraction(num, int(vi))
+
+def _certify(y: np.ndarray, h: np.ndarray, L: int, depth: int | None) -> Certificate | None:
+    """A :class:`Certificate` from prices ``y`` (float, one per length ``1..L``): the
+    prices are scaled and rounded down to integers whose best pack is worth at most
+    ``2**40``, and that best pack is computed exactly (integer DP); it is the denominator."""
+    from ._kernels.optimal import max_pack_value
+
+    lens = np.flatnonzero(h) + 1
+    y = np.clip(np.nan_to_num(np.asarray(y, dtype=np.float64)[lens - 1]), 0.0, None)
+    if not lens.size or not (y > 0).any():
+        return None
+    D = 0 if depth is None or depth >= L // int(lens[0]) else depth
+    v = float(max_pack_value(lens, y, L, D))
+    scale = _MAX_DENOMINATOR / v * (1.0 - 1e-9)
+    while True:
+        yi = np.floor(y * scale).astype(np.int64)
+        vi = int(max_pack_value(lens, yi, L, D))
+        if 0 < vi <= _MAX_DENOMINATOR or vi == 0:
+            break
+        scale *= 0.5  # pragma: no cover - float max off by more than the margin
+    if vi == 0:
+        return None
+    return _certificate(lens, h[lens - 1], yi, vi, L, depth)
+
+
+def _simple_certificates(h: np.ndarray, L: int, depth: int | None) -> list[Certificate]:
+    """Certificates of the three simple bounds (each is a dual solution of the LP):
+    price = length over ``L`` (tokens); 1 per sequence longer than ``L / 2``;
+    1 per sequence over ``depth``."""
+    lens = np.flatnonzero(h) + 1
+    if not lens.size:
+        return []
+    counts = h[lens - 1]
+    out = [_certificate(lens, counts, lens, L, L, depth)]
+    large = (2 * lens > L).astype(np.int64)
+    if large.any():
+        out.append(_certificate(lens, counts, large, 1, L, depth))
+    if depth is not None:
+        out.append(_certificate(lens, counts, np.ones(lens.size, np.int64), depth, L, depth))
+    return out
+
+
+def _best_certificate(certs):
+    """The certificate proving the highest fraction ``sum(counts*prices)/denominator``."""
+    certs = [c for c in certs if c is not None]
+    if not certs:
+        return None
+
+    def value(c):
+        num = sum(int(a) * int(b) for a, b in zip(c.counts.tolist(), c.prices.tolist()))
+        return Fraction(num, c.denominator)
+
+    return max(certs, key=value)
 
 
 def _column_generation(h, L, depth, pool: _ColumnPool, master: _Master, deadline, max_rounds: int = 1000):
@@ -405,18 +533,21 @@ class _Solver:
         self.heuristics: dict[str, PackingPlan] = {}
         self.master = None
         self.x = None
+        self.stopped = False  # a step was skipped because the time limit was reached
 
     def time_left(self) -> bool:
-        return self.deadline is None or time.perf_counter() < self.deadline
+        if self.deadline is None or time.perf_counter() < self.deadline:
+            return True
+        self.stopped = True
+        return False
 
-    def run_heuristics(self, names=("lpfhp", "spfhp", "nnlshp")) -> None:
-        from .packing import lpfhp_pack, nnls_pack, spfhp_pack
+    def run_heuristics(self, names=("lpfhp", "spfhp", "nnls")) -> None:
+        from .methods import get
 
-        packers = {"lpfhp": lpfhp_pack, "spfhp": spfhp_pack, "nnlshp": nnls_pack}
         for name in names:
             # the greedy packers take milliseconds; NNLSHP only runs while time is left
-            if name not in self.heuristics and (name != "nnlshp" or self.time_left()):
-                self.heuristics[name] = packers[name](self.h, self.depth, max_sequence_length=self.L)
+            if name not in self.heuristics and (name != "nnls" or self.time_left()):
+                self.heuristics[name] = get(name).function(self.h, max_sequence_length=self.L, max_sequences_per_pack=self.depth)
 
     def bound(self, first_rounds: int = 6, lp: bool = True) -> LowerBound:
         """Column generation, then the certificate. Starts from the single-length patterns
@@ -426,8 +557,10 @@ class _Solver:
         t0 = time.perf_counter()
         h, L, depth = self.h, self.L, self.depth
         trivial, large, card = _simple_bounds(h, L, depth)
-        lp_bound, lp_value, converged, rounds, columns = 0, float("nan"), False, 0, 0
+        lp_value, converged, rounds, columns = float("nan"), False, 0, 0
         proven = False
+        timed_out = False
+        certs = _simple_certificates(h, L, depth)
         if not h.any():
             lp_value, converged = 0.0, True
         if lp and h.any() and self.time_left():
@@ -446,35 +579,50 @@ class _Solver:
 
             x = None
             run(first_rounds)
-            if not converged and "nnlshp" not in self.heuristics and self.time_left():
-                self.run_heuristics(("nnlshp",))
-                if pool.add(_initial_patterns(h, L, depth, self.caps, self.width, [self.heuristics["nnlshp"]])):
+            if not converged and "nnls" not in self.heuristics and self.time_left():
+                self.run_heuristics(("nnls",))
+                if pool.add(_initial_patterns(h, L, depth, self.caps, self.width, [self.heuristics["nnls"]])):
                     master.add(pool.rows[pool.rows.shape[0] - pool.last_added :])
             if not converged and self.time_left():
-                run(10**6)
+                run(_MAX_ROUNDS)
             if master.n_exchange and not proven:
                 master.drop_exchanges()  # phase 2: real patterns only
                 if self.time_left():
-                    run(10**6)
+                    run(_MAX_ROUNDS)
                 else:
                     converged = False
-            cert = max(_certify(p, h, self.caps, L, self.kdepth, self.width) for p in prices)
-            lp_bound = math.ceil(cert)
+            timed_out = not converged and not self.time_left()
+            certs += [_certify(p, h, L, depth) for p in prices]
             columns = pool.rows.shape[0]
             self.master, self.pool, self.x = master, pool, x
+        elif lp and h.any():
+            timed_out = True
+        cert = _best_certificate(certs)
+        lp_bound = 0 if cert is None else cert.bound
+        if converged or not lp:
+            status, message = 0, ("LP solved" if converged and lp else "LP not needed") + "; the bound is proven"
+            if proven:
+                message = "column generation stopped once the ceiling of the LP was proven; the bound is proven"
+        elif timed_out:
+            status, message = 1, "stopped by the time limit before the LP was solved; the bound is proven but may be weaker"
+        else:
+            status, message = 2, f"stopped after {rounds} LP rounds (the round limit) before the LP was solved; the bound is proven but may be weaker"
         return LowerBound(
             bound=max(lp_bound, trivial, large, card),
             lp_bound=lp_bound,
             lp_value=lp_value,
-            lp_converged=converged,
+            lp_converged=converged and lp,
             trivial_bound=trivial,
             large_items_bound=large,
             cardinality_bound=card,
             max_sequence_length=L,
             max_sequences_per_pack=depth,
             info={"rounds": rounds, "columns": columns, "seconds": time.perf_counter() - t0,
-                  "lp": ("ceiling proven" if proven else "solved") if converged
-                  else ("stopped by the time limit" if rounds or lp else "skipped")},
+                  "lp": ("ceiling proven" if proven else "solved") if converged and lp
+                  else ("skipped" if not lp else "stopped early")},
+            certificate=cert,
+            status=status,
+            message=message,
         )
 
     def round_and_repair(self, target: int, best: int):
@@ -482,7 +630,9 @@ class _Solver:
         pattern, for a few ``k``), pack the residual with NNLSHP and LPFHP. Returns the
         best ``(packs, strategies, counts, k)`` found below ``best``, or None."""
         from ._kernels.optimal import round_columns
-        from .packing import lpfhp_pack, nnls_pack
+        from .methods import get
+
+        lpfhp_pack, nnls_pack = get("lpfhp").function, get("nnls").function
 
         if self.x is None:
             return None
@@ -492,9 +642,9 @@ class _Solver:
             if not self.time_left() or best <= target:
                 break
             rows, counts, residual = round_columns(self.master.rows, np.maximum(base - k, 0.0), self.h)
-            plans = [lpfhp_pack(residual, self.depth, max_sequence_length=self.L)]
+            plans = [lpfhp_pack(residual, max_sequence_length=self.L, max_sequences_per_pack=self.depth)]
             if self.time_left():
-                plans.append(nnls_pack(residual, self.depth, max_sequence_length=self.L))
+                plans.append(nnls_pack(residual, max_sequence_length=self.L, max_sequences_per_pack=self.depth))
             rest = min(plans, key=lambda p: p.num_packs)
             total = int(counts.sum()) + rest.num_packs
             if total < best:
@@ -507,7 +657,8 @@ class _Solver:
         return found
 
 
-def lower_bound(histogram, max_sequences_per_pack: int | None = 3, *, max_sequence_length: int | None = None) -> LowerBound:
+@histogram_signature
+def lower_bound(histogram, max_sequence_length: int | None = None, max_sequences_per_pack: int | None = 3) -> LowerBound:
     """A proven lower bound on the number of packs any packing of ``histogram`` needs.
 
     The main bound is the cutting-stock LP relaxation (Gilmore-Gomory), solved by column
@@ -520,10 +671,10 @@ def lower_bound(histogram, max_sequences_per_pack: int | None = 3, *, max_sequen
     ----------
     histogram : array_like of int, shape ``(L,)``
         ``histogram[i]`` = number of sequences of length ``i + 1``.
-    max_sequences_per_pack : int or None, default 3
-        Depth limit; ``None`` for unlimited.
     max_sequence_length : int, optional
         Pack capacity; defaults to ``len(histogram)``.
+    max_sequences_per_pack : int or None, default 3
+        Depth limit; ``None`` for unlimited.
 
     Returns
     -------
@@ -541,7 +692,7 @@ def lower_bound(histogram, max_sequences_per_pack: int | None = 3, *, max_sequen
     Examples
     --------
     >>> import packlib
-    >>> packlib.lower_bound([0, 0, 3, 2, 1, 0, 2, 0, 0, 0], 2)  # doctest: +ELLIPSIS
+    >>> packlib.lower_bound([0, 0, 3, 2, 1, 0, 2, 0, 0, 0], max_sequences_per_pack=2)  # doctest: +ELLIPSIS
     LowerBound(4 packs of 10 tokens, max 2 per pack: LP 4 (value 4.000), ...)
     """
     h, L, depth = _histogram_args(histogram, max_sequence_length, max_sequences_per_pack)
@@ -551,11 +702,12 @@ def lower_bound(histogram, max_sequences_per_pack: int | None = 3, *, max_sequen
     return solver.bound()
 
 
+@histogram_signature
 def optimal_pack(
     histogram,
+    max_sequence_length: int | None = None,
     max_sequences_per_pack: int | None = 3,
     *,
-    max_sequence_length: int | None = None,
     time_limit: float | None = None,
 ) -> PackingPlan:
     """Near-optimal histogram packing, with a proof of how near.
@@ -568,7 +720,7 @@ def optimal_pack(
 
     Parameters
     ----------
-    histogram, max_sequences_per_pack, max_sequence_length
+    histogram, max_sequence_length, max_sequences_per_pack
         As for :func:`packlib.spfhp_pack`.
     time_limit : float, optional
         Seconds. Checked between steps (the LP rounds, the repair attempts, NNLSHP); SPFHP
@@ -584,13 +736,14 @@ def optimal_pack(
         ``method == "optimal"``, ``plan.lower_bound`` the proven bound and ``plan.gap``
         the packs above it. ``plan.info`` holds ``"bound"`` (the :class:`LowerBound`),
         ``"source"`` (which step produced the plan: ``"lp-rounding"``, ``"lpfhp"``,
-        ``"spfhp"`` or ``"nnlshp"``), ``"heuristics"`` (packs of each heuristic),
+        ``"spfhp"`` or ``"nnls"``), ``"heuristics"`` (packs of each heuristic, by registry
+        name),
         ``"seconds"``.
 
     Examples
     --------
     >>> import packlib
-    >>> plan = packlib.optimal_pack(packlib.datasets.wikipedia_512(), 3)  # doctest: +SKIP
+    >>> plan = packlib.optimal_pack(packlib.datasets.wikipedia_512(), max_sequences_per_pack=3)  # doctest: +SKIP
     >>> plan.num_packs, plan.lower_bound, plan.gap                         # doctest: +SKIP
     (8143830, 8143829, 1)
     """
@@ -605,15 +758,15 @@ def optimal_pack(
     # nearly always runs anyway (the guarantee), and its strategies seed the LP
     need_lp = greedy_best > max(trivial, large, card)
     if need_lp:
-        solver.run_heuristics(("nnlshp",))
+        solver.run_heuristics(("nnls",))
     lb = solver.bound(lp=need_lp)
     found = None
     heuristic_best = min(p.num_packs for p in solver.heuristics.values())
     if heuristic_best > lb.bound:
         found = solver.round_and_repair(lb.bound, heuristic_best)
         best_so_far = heuristic_best if found is None else found[0]
-        if best_so_far > lb.bound and "nnlshp" not in solver.heuristics and solver.time_left():
-            solver.run_heuristics(("nnlshp",))  # the guarantee: never worse than NNLSHP
+        if best_so_far > lb.bound and "nnls" not in solver.heuristics:
+            solver.run_heuristics(("nnls",))  # the guarantee: never worse than NNLSHP
     source, best = min(solver.heuristics.items(), key=lambda kv: kv[1].num_packs)
     strategies, counts = best.strategies, best.counts
     info = {}
@@ -627,7 +780,19 @@ def optimal_pack(
         heuristics={name: p.num_packs for name, p in solver.heuristics.items()},
         seconds=time.perf_counter() - t0,
     )
-    plan = PackingPlan(strategies, counts, L, depth, method="optimal", lower_bound=lb.bound, info=info)
+    packs = int(np.asarray(counts).sum())
+    gap = packs - lb.bound
+    summary = f"{packs:,} packs, {gap:,} above the proven lower bound {lb.bound:,}"
+    if gap == 0:
+        status, message = 0, f"{summary}: optimal"
+    elif lb.status == 1 or solver.stopped:
+        status, message = 1, f"{summary}; stopped by the time limit (a longer run may close the gap)"
+    elif lb.status != 0:
+        status, message = lb.status, f"{summary}; {lb.message}"
+    else:
+        status, message = 0, f"{summary}"
+    plan = PackingPlan(strategies, counts, L, depth, method="optimal", lower_bound=lb.bound, info=info,
+                       bound=lb, status=status, message=message)
     if not np.array_equal(plan.histogram(), h):  # pragma: no cover - internal consistency
         raise RuntimeError("optimal_pack built a plan that does not match the histogram; please report this")
     return plan

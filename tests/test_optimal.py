@@ -11,6 +11,8 @@ import packlib
 from packlib import LowerBound, PackingPlan
 from packlib._kernels.optimal import price, round_columns
 
+from . import naive_certificate
+
 WIKI = packlib.datasets.wikipedia_512()
 DEPTHS = st.one_of(st.none(), st.integers(1, 6))
 
@@ -26,15 +28,17 @@ def check_plan(plan: PackingPlan, h, depth):
     assert (plan.counts > 0).all()
     assert plan.method == "optimal"
     assert plan.lower_bound is not None and plan.gap == plan.num_packs - plan.lower_bound >= 0
-    assert plan.lower_bound == plan.info["bound"].bound
+    assert plan.lower_bound == plan.info["bound"].bound == plan.bound.bound
+    assert plan.status in (0, 1) and plan.success == (plan.status == 0) and plan.message
+    assert plan.bound.certificate is None or plan.bound.certificate.bound == plan.bound.lp_bound
 
 
 # ------------------------------------------------------------- plain-Python references
 
 
-def patterns(h, depth):
-    """Every pattern (multiset of present lengths, no more copies than h has, at most depth
-    items, at most L tokens), as tuples of lengths (descending)."""
+def patterns(h, depth, capped=True):
+    """Every pattern (multiset of present lengths, at most depth items, at most L tokens;
+    no more copies than h has if ``capped``), as tuples of lengths (descending)."""
     L = len(h)
     present = [l for l in range(L, 0, -1) if h[l - 1] > 0]
     out = []
@@ -46,7 +50,7 @@ def patterns(h, depth):
             return
         for i in range(start, len(present)):
             l = present[i]
-            if l <= room and cur.count(l) < h[l - 1]:
+            if l <= room and (not capped or cur.count(l) < h[l - 1]):
                 rec(i, room - l, left - 1, cur + [l])
 
     rec(0, L, L if depth is None else depth, [])
@@ -76,10 +80,10 @@ def exact_optimum(h, depth):
 
 
 def exact_lp(h, depth):
-    """The cutting-stock LP over all patterns (small inputs only)."""
+    """The cutting-stock LP over all patterns of the present lengths (small inputs only)."""
     from scipy.optimize import linprog
 
-    pats = patterns(h, depth)
+    pats = patterns(h, depth, capped=False)
     present = [l for l in range(1, len(h) + 1) if h[l - 1]]
     if not present:
         return 0.0
@@ -123,8 +127,8 @@ def large_histograms(draw):
 @settings(max_examples=40)
 def test_bound_and_plan_bracket_the_exact_optimum(h, depth):
     opt = exact_optimum(h, depth)
-    lb = packlib.lower_bound(h, depth)
-    plan = packlib.optimal_pack(h, depth)
+    lb = packlib.lower_bound(h, max_sequences_per_pack=depth)
+    plan = packlib.optimal_pack(h, max_sequences_per_pack=depth)
     check_plan(plan, h, depth)
     assert lb.bound <= opt <= plan.num_packs
     assert plan.lower_bound <= opt
@@ -134,7 +138,7 @@ def test_bound_and_plan_bracket_the_exact_optimum(h, depth):
 @settings(max_examples=25)
 def test_lp_bound_is_the_ceiling_of_the_exact_lp(h, depth):
     lp = exact_lp(h, depth)
-    lb = packlib.lower_bound(h, depth)
+    lb = packlib.lower_bound(h, max_sequences_per_pack=depth)
     assert lb.lp_converged
     assert math.ceil(lp - 1e-6) <= lb.lp_bound <= math.ceil(lp + 1e-6)
     if lb.info["lp"] == "solved":
@@ -147,7 +151,7 @@ def test_lp_bound_is_the_ceiling_of_the_exact_lp(h, depth):
 @given(small_histograms(), DEPTHS)
 @settings(max_examples=20)
 def test_simple_bounds(h, depth):
-    lb = packlib.lower_bound(h, depth)
+    lb = packlib.lower_bound(h, max_sequences_per_pack=depth)
     L = len(h)
     tokens = int((h * np.arange(1, L + 1)).sum())
     assert lb.trivial_bound == -(-tokens // L)
@@ -162,10 +166,10 @@ def test_simple_bounds(h, depth):
 @given(large_histograms(), DEPTHS)
 @settings(max_examples=12)
 def test_large_random_histograms(h, depth):
-    plan = packlib.optimal_pack(h, depth)
+    plan = packlib.optimal_pack(h, max_sequences_per_pack=depth)
     check_plan(plan, h, depth)
     for pack in (packlib.spfhp_pack, packlib.lpfhp_pack):
-        packs = pack(h, depth).num_packs
+        packs = pack(h, max_sequences_per_pack=depth).num_packs
         assert plan.lower_bound <= packs and plan.num_packs <= packs
     for name, packs in plan.info["heuristics"].items():
         assert plan.lower_bound <= packs and plan.num_packs <= packs, name
@@ -174,26 +178,26 @@ def test_large_random_histograms(h, depth):
 @given(small_histograms(max_len=64, max_count=200), DEPTHS)
 @settings(max_examples=20)
 def test_never_worse_than_the_heuristics(h, depth):
-    plan = packlib.optimal_pack(h, depth)
+    plan = packlib.optimal_pack(h, max_sequences_per_pack=depth)
     check_plan(plan, h, depth)
     for pack in (packlib.spfhp_pack, packlib.lpfhp_pack, packlib.nnls_pack):
-        other = pack(h, depth)
+        other = pack(h, max_sequences_per_pack=depth)
         assert plan.lower_bound <= other.num_packs
         assert plan.num_packs <= other.num_packs, pack.__name__
 
 
 def test_max_sequence_length_pads_the_histogram():
     h = [0, 0, 0, 4, 0, 3]
-    a = packlib.optimal_pack(h, 3, max_sequence_length=10)
+    a = packlib.optimal_pack(h, 10, 3)
     check_plan(a, np.array(h + [0] * 4), 3)
     assert a.max_sequence_length == 10
-    assert packlib.lower_bound(h, 3, max_sequence_length=10).bound == a.lower_bound
+    assert packlib.lower_bound(h, max_sequence_length=10, max_sequences_per_pack=3).bound == a.lower_bound
 
 
 def test_empty_histogram():
-    plan = packlib.optimal_pack([0, 0, 0], 2)
+    plan = packlib.optimal_pack([0, 0, 0], max_sequences_per_pack=2)
     assert plan.num_packs == 0 and plan.lower_bound == 0 and plan.gap == 0
-    lb = packlib.lower_bound([0, 0, 0], None)
+    lb = packlib.lower_bound([0, 0, 0], max_sequences_per_pack=None)
     assert lb.bound == lb.lp_bound == 0 and lb.lp_converged
 
 
@@ -202,10 +206,10 @@ def test_small_known_answer():
     h = np.zeros(10, np.int64)
     h[[5, 3, 2]] = 3
     assert exact_optimum(h, 3) == 4
-    plan = packlib.optimal_pack(h, 3)
+    plan = packlib.optimal_pack(h, max_sequences_per_pack=3)
     assert plan.num_packs == 4 and plan.lower_bound == 4 and plan.gap == 0
     # depth 1: one pack per sequence
-    assert packlib.optimal_pack(h, 1).num_packs == 9 == packlib.lower_bound(h, 1).bound
+    assert packlib.optimal_pack(h, max_sequences_per_pack=1).num_packs == 9 == packlib.lower_bound(h, max_sequences_per_pack=1).bound
 
 
 # ---------------------------------------------------------------------------- time limit
@@ -214,31 +218,31 @@ def test_small_known_answer():
 @pytest.mark.parametrize("bad", [0, -1, 0.0, float("nan"), True, "1", [1]])
 def test_bad_time_limit(bad):
     with pytest.raises(ValueError, match="time_limit"):
-        packlib.optimal_pack([1, 2, 3], 2, time_limit=bad)
+        packlib.optimal_pack([1, 2, 3], max_sequences_per_pack=2, time_limit=bad)
 
 
 def test_tiny_time_limit_still_returns_a_valid_plan():
     rng = np.random.default_rng(3)
     h = rng.integers(0, 1000, 256)
-    plan = packlib.optimal_pack(h, 3, time_limit=1e-6)
+    plan = packlib.optimal_pack(h, max_sequences_per_pack=3, time_limit=1e-6)
     check_plan(plan, h, 3)
-    full = packlib.lower_bound(h, 3)
+    full = packlib.lower_bound(h, max_sequences_per_pack=3)
     assert plan.lower_bound <= full.bound  # still a valid (maybe weaker) bound
 
 
 @pytest.mark.parametrize("bad", [np.array([[1, 2]]), [-1, 2], [1.5, 2], []])
 def test_bad_histogram(bad):
     with pytest.raises(ValueError):
-        packlib.optimal_pack(bad, 2)
+        packlib.optimal_pack(bad, max_sequences_per_pack=2)
     with pytest.raises(ValueError):
-        packlib.lower_bound(bad, 2)
+        packlib.lower_bound(bad, max_sequences_per_pack=2)
 
 
 def test_bad_depth_and_length():
     with pytest.raises(ValueError, match="max_sequences_per_pack"):
-        packlib.lower_bound([1, 2], 0)
+        packlib.lower_bound([1, 2], max_sequences_per_pack=0)
     with pytest.raises(ValueError, match="max_sequence_length"):
-        packlib.optimal_pack([1, 2, 3], 2, max_sequence_length=2)
+        packlib.optimal_pack([1, 2, 3], max_sequence_length=2, max_sequences_per_pack=2)
 
 
 # ------------------------------------------------------------------------- result type
@@ -247,7 +251,7 @@ def test_bad_depth_and_length():
 def test_lower_bound_result_type():
     h = np.zeros(10, np.int64)
     h[[5, 3, 2]] = 3
-    lb = packlib.lower_bound(h, 3)
+    lb = packlib.lower_bound(h, max_sequences_per_pack=3)
     assert isinstance(lb, LowerBound) and int(lb) == lb.bound == 4
     d = lb.to_dict()
     assert d["bound"] == 4 and d["max_sequence_length"] == 10 and d["max_sequences_per_pack"] == 3
@@ -270,7 +274,7 @@ def test_price_kernel_matches_enumeration(h, depth, seed):
 
     L = len(h)
     y = np.random.default_rng(seed).random(L)
-    pats = patterns(h, depth)
+    pats = patterns(h, depth, capped=False)
     if not pats:
         return
     caps = _caps(h, L, depth)
@@ -314,23 +318,23 @@ def test_round_columns_covers_at_most_the_histogram(h, depth, seed):
 
 
 def test_wikipedia_depth_3():
-    plan = packlib.optimal_pack(WIKI, 3)
+    plan = packlib.optimal_pack(WIKI, max_sequences_per_pack=3)
     check_plan(plan, WIKI, 3)
     assert plan.lower_bound == 8_143_829  # the arc-flow LP bound of the reference
     assert plan.num_packs <= 8_143_860
     assert plan.num_packs <= 8_144_341  # our NNLSHP
-    lb = packlib.lower_bound(WIKI, 3)
+    lb = packlib.lower_bound(WIKI, max_sequences_per_pack=3)
     assert lb.lp_bound == 8_143_829 and lb.lp_value == pytest.approx(8_143_828.857, abs=1e-3)
 
 
 def test_wikipedia_unlimited_and_depth_2():
-    plan = packlib.optimal_pack(WIKI, None)
+    plan = packlib.optimal_pack(WIKI, max_sequences_per_pack=None)
     check_plan(plan, WIKI, None)
     assert plan.lower_bound == 8_135_727 and plan.num_packs <= 8_135_728
-    plan2 = packlib.optimal_pack(WIKI, 2)
+    plan2 = packlib.optimal_pack(WIKI, max_sequences_per_pack=2)
     check_plan(plan2, WIKI, 2)
     assert plan2.num_packs == 10_099_081 == plan2.lower_bound
-    assert packlib.lower_bound(WIKI, 2).lp_bound == 10_099_081
+    assert packlib.lower_bound(WIKI, max_sequences_per_pack=2).lp_bound == 10_099_081
 
 
 def test_linprog_fallback_gives_the_same_bound(monkeypatch):
@@ -339,10 +343,95 @@ def test_linprog_fallback_gives_the_same_bound(monkeypatch):
 
     rng = np.random.default_rng(7)
     h = rng.integers(0, 50, 40) * (rng.random(40) < 0.5)
-    fast = packlib.lower_bound(h, 3)
+    fast = packlib.lower_bound(h, max_sequences_per_pack=3)
     monkeypatch.setattr(packlib.optimal, "_USE_HIGHS_BINDINGS", False)
-    slow = packlib.lower_bound(h, 3)
+    slow = packlib.lower_bound(h, max_sequences_per_pack=3)
     assert slow.lp_bound == fast.lp_bound and slow.lp_value == pytest.approx(fast.lp_value)
     assert abs(slow.lp_value - exact_lp(h, 3)) <= 1e-6 * max(1.0, slow.lp_value)
-    plan = packlib.optimal_pack(h, 3)
+    plan = packlib.optimal_pack(h, max_sequences_per_pack=3)
     check_plan(plan, h, 3)
+
+
+# ------------------------------------------------------------------------- certificate
+
+
+@given(small_histograms(max_len=24, max_count=40), DEPTHS)
+@settings(max_examples=30)
+def test_certificate_is_checked_by_an_independent_dp(h, depth):
+    lb = packlib.lower_bound(h, max_sequences_per_pack=depth)
+    cert = lb.certificate
+    if not h.any():
+        assert cert is None and lb.bound == 0
+        return
+    assert cert.lengths.dtype == cert.prices.dtype == np.int64 and (cert.prices >= 0).all()
+    assert 0 < cert.denominator <= 2**40 and isinstance(cert.denominator, int)
+    assert np.array_equal(cert.lengths, np.flatnonzero(h) + 1) and np.array_equal(cert.counts, h[h > 0])
+    assert cert.max_sequence_length == len(h) and cert.max_sequences_per_pack == depth
+    proven = naive_certificate.check(cert, h)
+    assert proven == lb.lp_bound == lb.bound == cert.bound
+    assert naive_certificate.check_fast(cert, h) == proven
+    assert lb.status == 0 and lb.success and lb.message
+    with pytest.raises(AssertionError, match="denominator"):
+        naive_certificate.check(naive_certificate.broken(cert))
+    with pytest.raises(AssertionError, match="denominator"):
+        naive_certificate.check_fast(naive_certificate.broken(cert))
+
+
+@given(st.integers(1, 30), DEPTHS, st.integers(0, 2**32 - 1))
+@settings(max_examples=40)
+def test_fast_checker_matches_the_plain_one(L, depth, seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, L + 1))
+    lengths = np.sort(rng.choice(np.arange(1, L + 1), n, replace=False))
+    prices = rng.integers(0, 50, n) * (rng.random(n) < 0.8)
+    plain = naive_certificate.best_pack_value(lengths.tolist(), prices.tolist(), L, depth)
+    assert naive_certificate.best_pack_value_fast(lengths, prices, L, depth) == plain
+    cert = {"lengths": lengths, "counts": np.ones(n, np.int64), "prices": prices, "denominator": max(plain, 1),
+            "max_sequence_length": L, "max_sequences_per_pack": depth}
+    assert naive_certificate.check(cert) == naive_certificate.check_fast(cert)
+    if plain > 1:
+        cert["denominator"] = plain - 1
+        with pytest.raises(AssertionError):
+            naive_certificate.check(cert)
+        with pytest.raises(AssertionError):
+            naive_certificate.check_fast(cert)
+
+
+def test_broken_certificate_is_rejected():
+    h = np.zeros(10, np.int64)
+    h[[5, 3, 2]] = 3
+    cert = packlib.lower_bound(h, max_sequences_per_pack=3).certificate
+    assert naive_certificate.check(cert, h) == 4
+    bad = cert.to_dict()
+    bad["prices"][0] += cert.denominator  # the shortest length alone now exceeds the denominator
+    with pytest.raises(AssertionError, match="denominator"):
+        naive_certificate.check(bad)
+    bad = cert.to_dict()
+    bad["denominator"] = 0
+    with pytest.raises(AssertionError, match="denominator"):
+        naive_certificate.check(bad)
+    with pytest.raises(AssertionError, match="histogram"):
+        naive_certificate.check(cert, h + 1)
+
+
+def test_plan_carries_its_bound_and_status():
+    h = np.zeros(10, np.int64)
+    h[[5, 3, 2]] = 3
+    plan = packlib.optimal_pack(h, max_sequences_per_pack=3)
+    assert plan.bound is plan.info["bound"] and plan.bound.bound == plan.lower_bound == 4
+    assert plan.status == 0 and plan.success and "optimal" in plan.message
+    assert naive_certificate.check(plan.bound.certificate, h) == plan.lower_bound
+
+
+def test_time_limit_status():
+    rng = np.random.default_rng(3)
+    h = rng.integers(0, 1000, 256)
+    plan = packlib.optimal_pack(h, max_sequences_per_pack=3, time_limit=1e-6)
+    assert plan.gap == 0 or (plan.status == 1 and not plan.success and "time limit" in plan.message)
+    assert naive_certificate.check(plan.bound.certificate, h) == plan.lower_bound
+
+
+def test_wikipedia_certificates():
+    for depth, bound in ((3, 8_143_829), (None, 8_135_727)):
+        lb = packlib.lower_bound(WIKI, max_sequences_per_pack=depth)
+        assert naive_certificate.check_fast(lb.certificate, WIKI) == bound == lb.bound

@@ -171,3 +171,47 @@ def round_columns(rows, x, h):
             if out[p, w] > 0:
                 residual[out[p, w] - 1] -= out_counts[p]
     return out[:n_out], out_counts[:n_out], residual
+
+
+@jit
+def max_pack_value(lens, prices, L, D):
+    """Most valuable pack: the max of ``sum(prices[i])`` over multisets of ``lens`` (any
+    number of copies of each) with at most ``L`` tokens and at most ``D`` sequences
+    (``D = 0``: unlimited).
+
+    ``lens`` ascending and distinct; ``prices`` (int64 or float64) >= 0. With int64 prices
+    the answer is exact; so is float64 when every value formed is an integer below 2**53.
+    A length whose price does not exceed that of a shorter length is skipped (swapping it
+    for the shorter one never lowers a pack's value nor breaks its limits). Unbounded
+    knapsack over (sequences, tokens): ``O(n * L)`` time unlimited, ``O(n * D * L)``
+    with a depth limit.
+    """
+    ncard = D + 1 if D > 0 else 1
+    g = np.zeros((ncard, L + 1), prices.dtype)
+    top = prices[0] * 0
+    first = True
+    for j in range(lens.size):
+        p = prices[j]
+        l = lens[j]
+        if p <= 0 or l > L:
+            continue
+        if not first and p <= top:
+            continue  # dominated by a shorter length
+        first = False
+        top = p
+        if D == 0:
+            row = g[0]
+            for s in range(l, L + 1):
+                cand = row[s - l] + p
+                if cand > row[s]:
+                    row[s] = cand
+        else:
+            # c ascending: g[c-1] already holds copies of this length
+            for c in range(1, D + 1):
+                prev = g[c - 1]
+                cur = g[c]
+                for s in range(l, L + 1):
+                    cand = prev[s - l] + p
+                    if cand > cur[s]:
+                        cur[s] = cand
+    return g[ncard - 1, L]

@@ -1,0 +1,153 @@
+"""An independent checker of :class:`packlib.optimal.Certificate` (imports nothing from packlib).
+
+A certificate claims: every pack of at most ``depth`` sequences (any number when ``depth`` is
+None) whose lengths add up to at most ``L`` has a price sum of at most ``denominator``; then
+any packing of the histogram needs at least ``ceil(sum(counts * prices) / denominator)``
+packs. Checking the claim is a knapsack problem: the most valuable pack, with any number of
+copies of each length.
+
+- :func:`check`: plain Python, a dynamic programme over (sequences, tokens). For the tests.
+- :func:`check_fast`: the same with numpy rows (for the benchmark's long-context inputs). It
+  also uses two exact shortcuts: a length whose price does not exceed a shorter length's
+  can be swapped for it in any pack (so only the strictly rising prices matter), and
+  lengths whose price per token is at most ``denominator / L`` can be priced by the tokens
+  they fill (see :func:`check_fast`).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+MAX_DENOMINATOR = 2**40
+
+
+def _fields(cert):
+    if isinstance(cert, dict):
+        d = cert
+    else:
+        d = {k: getattr(cert, k) for k in ("lengths", "counts", "prices", "denominator",
+                                             "max_sequence_length", "max_sequences_per_pack")}
+    lengths = [int(v) for v in d["lengths"]]
+    counts = [int(v) for v in d["counts"]]
+    prices = [int(v) for v in d["prices"]]
+    return lengths, counts, prices, int(d["denominator"]), int(d["max_sequence_length"]), d["max_sequences_per_pack"]
+
+
+def _validate(lengths, counts, prices, den, L):
+    if not (0 < den <= MAX_DENOMINATOR):
+        raise AssertionError(f"denominator {den} not in (0, 2**40]")
+    if not (len(lengths) == len(counts) == len(prices)):
+        raise AssertionError("lengths, counts, prices differ in size")
+    if any(p < 0 for p in prices):
+        raise AssertionError("negative price")
+    if any(not (1 <= l <= L) for l in lengths) or len(set(lengths)) != len(lengths):
+        raise AssertionError("lengths must be distinct and in [1, L]")
+
+
+def best_pack_value(lengths, prices, L, depth) -> int:
+    """Max price sum of a pack: plain unbounded knapsack over (sequences, tokens)."""
+    layers = 1 if depth is None else depth + 1
+    # f[c][s]: best price sum with at most c sequences (c ignored if unlimited), s tokens
+    f = [[0] * (L + 1) for _ in range(layers)]
+    for c in range(layers):
+        for s in range(L + 1):
+            best = f[c][s - 1] if s > 0 else 0
+            if c > 0:
+                best = max(best, f[c - 1][s])
+            if depth is None or c > 0:
+                prev = f[c] if depth is None else f[c - 1]
+                for l, p in zip(lengths, prices):
+                    if l <= s:
+                        best = max(best, prev[s - l] + p)
+            f[c][s] = best
+    return f[layers - 1][L]
+
+
+def certified_bound(cert) -> int:
+    """The bound the certificate proves, after checking it with :func:`best_pack_value`.
+    Raises AssertionError if it is invalid."""
+    lengths, counts, prices, den, L, depth = _fields(cert)
+    _validate(lengths, counts, prices, den, L)
+    v = best_pack_value(lengths, prices, L, depth)
+    if v > den:
+        raise AssertionError(f"a pack is worth {v} > denominator {den}")
+    return -(-sum(c * p for c, p in zip(counts, prices)) // den)
+
+
+def check(cert, histogram=None) -> int:
+    """Check ``cert`` (plain Python); with ``histogram`` (counts of lengths 1..L) also that
+    its lengths and counts are that histogram's. Returns the proven bound."""
+    if histogram is not None:
+        _check_histogram(cert, histogram)
+    return certified_bound(cert)
+
+
+def _check_histogram(cert, histogram):
+    lengths, counts, _, _, _, _ = _fields(cert)
+    h = [int(v) for v in histogram]
+    present = [(i + 1, c) for i, c in enumerate(h) if c]
+    if present != list(zip(lengths, counts)):
+        raise AssertionError("the certificate's lengths and counts are not the histogram's")
+
+
+def best_pack_value_fast(lengths, prices, L, depth) -> int:
+    """:func:`best_pack_value` with numpy (exact int64 arithmetic; prices sum below 2**62).
+
+    Only lengths whose price exceeds every shorter length's can be in a best pack (swap
+    the longer for the shorter otherwise). Unlimited depth: ``f[s]`` for ``s`` ascending,
+    one vectorised max over those lengths per ``s``; a depth limit: one vectorised row
+    update per (length, layer)."""
+    order = np.argsort(np.asarray(lengths, dtype=np.int64), kind="stable")
+    lens = np.asarray(lengths, dtype=np.int64)[order]
+    pr = np.asarray(prices, dtype=np.int64)[order]
+    running = np.maximum.accumulate(np.concatenate([[0], pr]))[:-1]
+    keep = pr > running
+    lens, pr = lens[keep], pr[keep]
+    if depth is None or depth >= L:
+        f = np.zeros(L + 1, np.int64)
+        for s in range(1, L + 1):
+            k = np.searchsorted(lens, s, side="right")
+            best = f[s - 1]
+            if k:
+                best = max(best, int((f[s - lens[:k]] + pr[:k]).max()))
+            f[s] = best
+        return int(f[L])
+    f = np.zeros((depth + 1, L + 1), np.int64)
+    for l, p in zip(lens.tolist(), pr.tolist()):
+        for c in range(1, depth + 1):
+            np.maximum(f[c, l:], f[c - 1, : L + 1 - l] + p, out=f[c, l:])
+    return int(f[depth, L])
+
+
+def check_fast(cert, histogram=None) -> int:
+    """:func:`check` with :func:`best_pack_value_fast`, plus one exact shortcut: if no
+    length is worth more than ``denominator / L`` per token, a pack of at most ``L``
+    tokens is worth at most ``denominator`` and no DP is needed."""
+    lengths, counts, prices, den, L, depth = _fields(cert)
+    _validate(lengths, counts, prices, den, L)
+    if histogram is not None:
+        _check_histogram(cert, histogram)
+    lens = np.asarray(lengths, dtype=np.int64)
+    pr = np.asarray(prices, dtype=np.int64)
+    if not (pr.astype(object) * L > lens.astype(object) * den).any():
+        v = None  # every price is at most den/L per token: no pack exceeds den
+    else:
+        v = best_pack_value_fast(lens, pr, L, depth)
+        if v > den:
+            raise AssertionError(f"a pack is worth {v} > denominator {den}")
+    num = sum(c * p for c, p in zip(counts, prices))
+    return -(-num // den)
+
+
+def broken(cert, index=None):
+    """A copy of ``cert`` (as a dict) with one price raised by one above what is valid:
+    the best pack's value then exceeds the denominator."""
+    lengths, counts, prices, den, L, depth = _fields(cert)
+    v = best_pack_value(lengths, prices, L, depth) if L <= 4096 else best_pack_value_fast(lengths, prices, L, depth)
+    prices = list(prices)
+    if index is None:  # the longest length that fits: a pack of it alone gains the raise
+        index = len(lengths) - 1
+    prices[index] += den - v + 1 if v <= den else 1
+    return {"lengths": lengths, "counts": counts, "prices": prices, "denominator": den,
+            "max_sequence_length": L, "max_sequences_per_pack": depth}
