@@ -145,7 +145,7 @@ def main():
     opt = packlib.bfd_pack(lens[:m], 512)
     lb = int(-(-lens[:m].sum() // 512))
     for w in (100, 1000, 10_000, 100_000):
-        t_ps, packs = timed(lambda: list(packlib.pack_stream(sub, 512, w, key=lambda x: x)), 1)
+        t_ps, packs = timed(lambda: list(packlib.pack_stream(sub, 512, read_ahead=w, key=lambda x: x)), 1)
         eff = sum(sum(p) for p in packs) / (512 * len(packs))
         print(f"  window {w:>7,}: {len(packs):>7,} packs, efficiency {100 * eff:.3f} %, {m / t_ps / 1e6:.2f} M items/s")
     print(f"  whole set at once (bfd_pack on {m:,}): {opt.num_packs:,} packs, efficiency {100 * opt.efficiency:.3f} % "

@@ -21,13 +21,28 @@ import numbers
 import operator
 import random
 import sys
+import warnings
 from dataclasses import dataclass
 from itertools import islice
 from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from ._validate import as_depth, as_int_array, as_lengths, as_positive_int, as_seed, seed_to_int64
+from ._validate import (
+    as_bool,
+    as_choice,
+    as_depth,
+    as_int,
+    as_int_array,
+    as_lengths,
+    as_nonnegative_int,
+    as_positive_int,
+    as_seed,
+    check_lengths_positive,
+    exact_sum,
+    readonly,
+    seed_to_int64,
+)
 from .packing import _GroupedIds
 
 __all__ = ["BucketedReadaheadBatchIterator", "bucket", "pack_stream", "Batches", "PackStream"]
@@ -37,11 +52,6 @@ _GOLDEN = 0x9E3779B97F4A7C15
 # Below this many batches per window, Python's own Random.shuffle (~0.1-0.2 us per batch) is
 # cheaper than moving the Mersenne Twister state into the kernel and back (~60 us measured).
 _KERNEL_SHUFFLE_MIN = 768
-
-
-def _readonly(a: np.ndarray) -> np.ndarray:
-    a.setflags(write=False)
-    return a
 
 
 # --------------------------------------------------------------------------------------
@@ -76,11 +86,26 @@ class Batches(_GroupedIds):
 
     def __post_init__(self):
         for name in ("offsets", "indices", "lengths", "window_batches"):
-            object.__setattr__(self, name, _readonly(np.ascontiguousarray(getattr(self, name), dtype=np.int64)))
-        if self.offsets.size < 1 or self.offsets[0] != 0 or self.offsets[-1] != self.indices.size:
-            raise ValueError("offsets must start at 0 and end at the number of indices")
+            object.__setattr__(self, name, readonly(as_int_array(getattr(self, name), name)))
+        o = self.offsets
+        if o.size < 1 or o[0] != 0 or o[-1] != self.indices.size or (o.size > 1 and (np.diff(o) < 0).any()):
+            raise ValueError(
+                "offsets must start at 0, be non-decreasing and end at the number of indices "
+                f"({self.indices.size}), got {o[:8].tolist()}{' ...' if o.size > 8 else ''}"
+            )
         if self.indices.shape != self.lengths.shape:
-            raise ValueError("indices and lengths must have the same shape")
+            raise ValueError(
+                f"indices and lengths must have the same shape, got {self.indices.shape} and {self.lengths.shape}"
+            )
+        if self.indices.size and self.indices.min() < 0:
+            raise ValueError(f"indices must be sample ids >= 0, got {int(self.indices.min())}")
+        check_lengths_positive(self.lengths)
+        wb = self.window_batches
+        if (wb.size and wb.min() < 0) or exact_sum(wb) != o.size - 1:
+            raise ValueError(
+                f"window_batches must be counts >= 0 summing to the number of batches ({o.size - 1}), "
+                f"got sum {exact_sum(wb)}"
+            )
 
     @property
     def num_batches(self) -> int:
@@ -101,7 +126,7 @@ class Batches(_GroupedIds):
     @property
     def padded_tokens(self) -> int:
         """Σ over batches of (batch size × longest in batch): the tensor cells computed."""
-        return int((self.batch_sizes * self.batch_max_lengths).sum())
+        return exact_sum(self.batch_sizes, self.batch_max_lengths)
 
     @property
     def padding(self) -> float:
@@ -131,11 +156,11 @@ class Batches(_GroupedIds):
 
 def _check_sharding(rank, world_size, remainder):
     world_size = as_positive_int(world_size, "world_size")
-    if isinstance(rank, bool) or not isinstance(rank, numbers.Integral) or not 0 <= rank < world_size:
-        raise ValueError(f"rank must be a whole number in [0, world_size={world_size}), got {rank!r}")
-    if remainder not in _REMAINDERS:
-        raise ValueError(f"remainder must be one of {_REMAINDERS}, got {remainder!r}")
-    return int(rank), world_size, remainder
+    rank = as_int(rank, "rank", minimum=0)
+    if rank >= world_size:
+        raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank}")
+    remainder = as_choice(remainder, "remainder", _REMAINDERS)
+    return rank, world_size, remainder
 
 
 def _shard_positions(nb: int, rank: int, world_size: int, remainder: str) -> range | list:
@@ -190,7 +215,7 @@ class _Source:
 
     def __init__(self, source):
         if source is None:
-            raise ValueError("source must be an iterable or a checkpointable iterator, got None")
+            raise TypeError("source must be an iterable or a checkpointable iterator, got None")
         self._own = all(hasattr(source, a) for a in ("getstate", "setstate", "__next__"))
         if self._own:
             self._it = iter(source)
@@ -199,7 +224,7 @@ class _Source:
         try:
             it = iter(source)
         except TypeError:
-            raise ValueError(f"source must be iterable, got {type(source).__name__}") from None
+            raise TypeError(f"source must be iterable, got {type(source).__name__}") from None
         self._iterable = source
         self._rewindable = it is not source
         self._it = it
@@ -220,11 +245,11 @@ class _Source:
         n = 0
         if state is not None:
             if not isinstance(state, dict) or "num_items_yielded" not in state:
-                raise ValueError(
+                raise (ValueError if isinstance(state, dict) else TypeError)(
                     f"source_state {state!r} does not come from a plain-iterable source "
                     "(expected {'num_items_yielded': n})"
                 )
-            n = operator.index(state["num_items_yielded"])
+            n = as_nonnegative_int(state["num_items_yielded"], "state['source_state']['num_items_yielded']")
         if n == self._count and (self._fresh or not self._rewindable):
             return  # already there
         if not self._rewindable:
@@ -255,18 +280,31 @@ class _Source:
             self._it.close()
 
 
-def _check_state(state, fingerprint: dict, what: str):
+def _check_state(state, fingerprint: dict, what: str, required=("source_state", "num_served")):
+    """Validate a state dict: its type, its keys, its config and its counters (a copy with
+    the counters as ints is returned; ``None`` passes through)."""
     if state is None:
         return None
-    if not isinstance(state, dict) or not {"source_state", "num_served"} <= set(state):
-        raise ValueError(f"state must be a dict from {what}.getstate() (or None), got {state!r}")
+    shown = repr(state) if len(repr(state)) <= 120 else repr(state)[:117] + "..."
+    if not isinstance(state, dict):
+        raise TypeError(f"state must be a dict from {what}.getstate() (or None), got {type(state).__name__} {shown}")
+    missing = [k for k in required if k not in state]
+    if missing:
+        raise ValueError(
+            f"state lacks {', '.join(map(repr, missing))}: it does not come from {what}.getstate(); "
+            f"got keys {sorted(map(str, state))}"
+        )
     saved = state.get("packlib_config")
-    if saved is not None and saved != fingerprint:
-        diff = {k: (saved.get(k), v) for k, v in fingerprint.items() if saved.get(k) != v}
-        raise ValueError(f"state comes from a different configuration: (saved, current) = {diff}")
-    num = state["num_served"]
-    if isinstance(num, bool) or not isinstance(num, numbers.Integral) or num < 0:
-        raise ValueError(f"state['num_served'] must be a whole number >= 0, got {num!r}")
+    if saved is not None:
+        if not isinstance(saved, dict):
+            raise TypeError(f"state['packlib_config'] must be a dict, got {type(saved).__name__} {saved!r}")
+        if saved != fingerprint:
+            diff = {k: (saved.get(k), v) for k, v in fingerprint.items() if saved.get(k) != v}
+            raise ValueError(f"state comes from a different configuration: (saved, current) = {diff}")
+    state = dict(state)
+    state["num_served"] = as_nonnegative_int(state["num_served"], "state['num_served']")
+    if "window" in required:
+        state["window"] = as_nonnegative_int(state["window"], "state['window']")
     return state
 
 
@@ -345,13 +383,17 @@ class BucketedReadaheadBatchIterator:
     ):
         self._read_ahead = as_positive_int(read_ahead, "read_ahead")
         if key is not None and not callable(key):
-            raise ValueError(f"key must be a callable or None, got {key!r}")
-        if isinstance(batch_size, bool) or not (isinstance(batch_size, numbers.Integral) or callable(batch_size)):
-            raise ValueError(f"batch_size must be a whole number >= 1 or a callable, got {batch_size!r}")
-        if isinstance(batch_size, numbers.Integral):
-            batch_size = as_positive_int(batch_size, "batch_size")
+            raise TypeError(f"key must be a callable (e.g. len) or None, got {type(key).__name__} {key!r}")
+        if not callable(batch_size):
+            try:
+                batch_size = as_positive_int(batch_size, "batch_size")
+            except TypeError:
+                raise TypeError(
+                    f"batch_size must be a whole number >= 1 or a callable, got {type(batch_size).__name__} {batch_size!r}"
+                ) from None
         if boundary_key is not None and not callable(boundary_key):
-            raise ValueError(f"boundary_key must be a callable or None, got {boundary_key!r}")
+            raise TypeError(f"boundary_key must be a callable or None, got {type(boundary_key).__name__} {boundary_key!r}")
+        shuffle = as_bool(shuffle, "shuffle")
         self._key = key
         self._batch_size = batch_size
         self._boundary_key = boundary_key
@@ -363,7 +405,7 @@ class BucketedReadaheadBatchIterator:
             "read_ahead": self._read_ahead,
             "batch_size": batch_size if isinstance(batch_size, int) else "callable",
             "boundary_key": boundary_key is not None,
-            "shuffle": bool(shuffle),
+            "shuffle": shuffle,
             "seed": self._seed,
             "rank": self._rank,
             "world_size": self._world_size,
@@ -394,8 +436,11 @@ class BucketedReadaheadBatchIterator:
             if self._random_state:
                 try:
                     self._random.setstate(self._random_state)
-                except (TypeError, ValueError) as e:
-                    raise ValueError(f"state['random_state'] is not a random.Random state: {e}") from None
+                except (TypeError, ValueError, IndexError, OverflowError) as e:
+                    raise ValueError(
+                        f"state['random_state'] is not a random.Random state ({type(e).__name__}: {e}); "
+                        "pass a state from getstate()"
+                    ) from None
             else:
                 self._random.seed(self._seed)
         self._iterator = self._generate()
@@ -499,8 +544,8 @@ def _register_with_infinibatch(cls) -> None:
 
 
 def _check_batch_size(size, item) -> int:
-    if isinstance(size, bool) or not isinstance(size, numbers.Integral):
-        raise ValueError(f"batch_size({item!r}) returned {size!r}; it must return a whole number >= 1")
+    if isinstance(size, (bool, np.bool_)) or not isinstance(size, numbers.Integral):
+        raise TypeError(f"batch_size({item!r}) returned {type(size).__name__} {size!r}; it must return a whole number >= 1")
     if size < 1:
         raise ValueError(
             f"batch_size({item!r}) returned {size}: this item alone exceeds the batch budget; "
@@ -521,14 +566,13 @@ def _window_order(items: list, key):
         arr = np.array(keys)
     except (ValueError, TypeError, OverflowError):
         pass
-    if arr is not None and arr.ndim == 1 and arr.dtype.kind in "ib" and n > 1 and arr.min() > np.iinfo(np.int64).min:
-        from ._kernels.bucket import sort_desc
+    if arr is not None and arr.ndim == 1 and arr.dtype.kind in "ib" and n > 1:
+        from ._kernels.bucket import counting_scratch, sort_desc
 
         arr = arr.astype(np.int64, copy=False)
         lo, hi = int(arr.min()), int(arr.max())
-        span = hi - lo + 1
-        counts = np.empty(span + 1 if span <= 4 * n + 4096 else 0, dtype=np.int64)
-        return sort_desc(arr, lo, hi, counts)
+        # any int64 span is safe: the kernel counting-sorts narrow spans, merge-sorts wide ones
+        return sort_desc(arr, lo, hi, counting_scratch(lo, hi, n))
     for i, k in enumerate(keys):
         if k is None:
             raise ValueError(f"key returned None for item {items[i]!r}: sort keys must be comparable values")
@@ -543,14 +587,44 @@ def _window_order(items: list, key):
 # --------------------------------------------------------------------------------------
 
 
+_BUCKET_POSITIONAL = ("batch_size", "max_tokens", "shuffle", "seed")
+
+
+def _deprecated_positional(func: str, args: tuple, names: tuple, given: dict) -> dict:
+    """Map the positional arguments of an older signature to keywords, with a
+    ``DeprecationWarning`` (the house convention makes them keyword-only)."""
+    if len(args) > len(names):
+        raise TypeError(f"{func}() takes at most {len(names)} deprecated positional arguments after the first two, got {len(args)}")
+    out = {}
+    for name, value in zip(names, args):
+        if given.get(name, _UNSET) is not _UNSET:
+            raise TypeError(f"{func}() got multiple values for argument {name!r}")
+        out[name] = value
+    warnings.warn(
+        f"passing {', '.join(names[: len(args)])} to {func}() by position is deprecated and will stop "
+        f"working in the next release; pass {', '.join(f'{n}=...' for n in names[: len(args)])} by keyword",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return out
+
+
+class _Unset:
+    def __repr__(self):
+        return "<unset>"
+
+
+_UNSET = _Unset()
+
+
 def bucket(
     lengths,
     read_ahead: int,
-    batch_size: int | None = None,
-    max_tokens: int | None = None,
-    shuffle: bool = True,
-    seed: int = 0,
-    *,
+    *args,
+    batch_size: int | None = _UNSET,
+    max_tokens: int | None = _UNSET,
+    shuffle: bool = _UNSET,
+    seed: int = _UNSET,
     rank: int = 0,
     world_size: int = 1,
     remainder: str = "repeat",
@@ -564,10 +638,10 @@ def bucket(
     Parameters
     ----------
     lengths : array_like of int
-        Length of each sample (>= 1), in stream order.
+        Length of each sample (>= 1), in stream order (total at most ``2**62`` tokens).
     read_ahead : int
         Samples per window (>= 1).
-    batch_size : int, optional
+    batch_size : int, optional (keyword-only)
         Samples per batch. Give exactly one of ``batch_size`` and ``max_tokens``.
     max_tokens : int, optional
         Token budget: a batch whose longest sample has length ``l`` holds up to
@@ -576,6 +650,8 @@ def bucket(
     shuffle : bool, default True
         Shuffle each window's batches (as ``random.Random(seed).shuffle``).
     seed : int, default 0
+        ``batch_size``, ``max_tokens``, ``shuffle`` and ``seed`` are keyword-only (by
+        position they still work, with a ``DeprecationWarning``, for one release).
     rank, world_size, remainder
         Data-parallel sharding, as for :class:`BucketedReadaheadBatchIterator`.
 
@@ -589,15 +665,20 @@ def bucket(
     >>> bucket([3, 1, 2, 5], read_ahead=4, batch_size=2, shuffle=False).to_list()
     [[3, 0], [2, 1]]
     """
-    from ._kernels.bucket import bucket_all
+    from ._kernels.bucket import bucket_all, counting_scratch
 
+    given = {"batch_size": batch_size, "max_tokens": max_tokens, "shuffle": shuffle, "seed": seed}
+    if args:
+        given.update(_deprecated_positional("bucket", args, _BUCKET_POSITIONAL, given))
+    defaults = {"batch_size": None, "max_tokens": None, "shuffle": True, "seed": 0}
+    batch_size, max_tokens, shuffle, seed = (
+        defaults[k] if given[k] is _UNSET else given[k] for k in _BUCKET_POSITIONAL
+    )
     ra = as_positive_int(read_ahead, "read_ahead")
     if (batch_size is None) == (max_tokens is None):
-        raise ValueError("give exactly one of batch_size (samples per batch) and max_tokens (token budget)")
-    lens = as_int_array(lengths, "lengths")
-    if lens.size and lens.min() < 1:
-        i = int(np.flatnonzero(lens < 1)[0])
-        raise ValueError(f"lengths must be >= 1, got {lens[i]} at index {i}; drop empty sequences first")
+        raise TypeError("give exactly one of batch_size (samples per batch) and max_tokens (token budget)")
+    lens = as_lengths(lengths, None)
+    shuffle = as_bool(shuffle, "shuffle")
     bs, mt_budget = 0, 0
     if batch_size is not None:
         bs = as_positive_int(batch_size, "batch_size")
@@ -611,11 +692,17 @@ def bucket(
             )
     seed = as_seed(seed)
     rank, world_size, remainder = _check_sharding(rank, world_size, remainder)
+    if shuffle and min(lens.size, ra) >= 2**32:
+        raise ValueError(
+            f"read_ahead = {ra} with {lens.size:,} samples: a window of 2**32 or more batches cannot be "
+            "shuffled as random.Random.shuffle does; use a smaller read_ahead"
+        )
     rnd = random.Random(seed)
     _, mt, pos = _mt_arrays(rnd)
     lo = int(lens.min()) if lens.size else 1
     hi = int(lens.max()) if lens.size else 1
-    offsets, indices, window_batches = bucket_all(lens, ra, bs, mt_budget, lo, hi, bool(shuffle), mt, pos)
+    counts = counting_scratch(lo, hi, min(lens.size, ra))
+    offsets, indices, window_batches = bucket_all(lens, ra, bs, mt_budget, lo, hi, counts, shuffle, mt, pos)
     if world_size > 1:
         offsets, indices, window_batches = _shard_csr(offsets, indices, window_batches, rank, world_size, remainder)
     return Batches(offsets, indices, lens[indices], window_batches)
@@ -653,17 +740,20 @@ class PackStream:
     """
 
     def __init__(self, source, max_sequence_length, read_ahead, key, method, max_sequences_per_pack, seed, shuffle):
+        from . import methods
+
         self._L = as_positive_int(max_sequence_length, "max_sequence_length")
+        if read_ahead is None:
+            raise TypeError("read_ahead (items per window) is required: pack_stream(source, max_sequence_length, read_ahead=...)")
         self._read_ahead = as_positive_int(read_ahead, "read_ahead")
         if not callable(key):
-            raise ValueError(f"key must be a callable returning an item's length, got {key!r}")
-        if method not in ("bfd", "ffd"):
-            raise ValueError(f"method must be 'bfd' or 'ffd', got {method!r}")
+            raise TypeError(f"key must be a callable returning an item's length (e.g. len), got {type(key).__name__} {key!r}")
+        method = methods.get(method, kind="sequence").name
         self._key = key
         self._method = method
         self._depth = as_depth(max_sequences_per_pack)
         self._seed = as_seed(seed)
-        self._shuffle = bool(shuffle)
+        self._shuffle = as_bool(shuffle, "shuffle")
         self._fingerprint = {
             "kind": "pack_stream",
             "max_sequence_length": self._L,
@@ -685,12 +775,25 @@ class PackStream:
         }
 
     def setstate(self, state: dict | None) -> None:
-        state = _check_state(state, self._fingerprint, "pack_stream")
+        """Resume from ``state`` (from :meth:`getstate`), or restart if None."""
+        state = _check_state(
+            state, self._fingerprint, "pack_stream", required=("source_state", "window", "num_served", "packlib_config")
+        )
         if state is not None and state.get("packlib_config") is None:
             raise ValueError("state lacks 'packlib_config': it does not come from pack_stream().getstate()")
+        if state is not None and not self._source._own:
+            # a plain source's state counts items: it must be the start of the stated window
+            src = state["source_state"]
+            n = src.get("num_items_yielded") if isinstance(src, dict) else None
+            expect = state["window"] * self._read_ahead
+            if n is not None and not isinstance(n, bool) and isinstance(n, numbers.Integral) and n != expect:
+                raise ValueError(
+                    f"state is inconsistent: window {state['window']} starts at item {expect:,} "
+                    f"(read_ahead={self._read_ahead}), but its source_state says {n:,} items were read"
+                )
         self._source_state = state["source_state"] if state else None
-        self._window = int(state["window"]) if state else 0
-        self._num_served = int(state["num_served"]) if state else 0
+        self._window = state["window"] if state else 0
+        self._num_served = state["num_served"] if state else 0
         self._source.setstate(self._source_state)
         self._iterator = self._generate()
 
@@ -704,9 +807,9 @@ class PackStream:
         self._source.close()
 
     def _generate(self):
-        from .packing import bfd_pack, ffd_pack
+        from . import methods
 
-        packer = bfd_pack if self._method == "bfd" else ffd_pack
+        packer = methods.get(self._method, kind="sequence").function
         skip = self._num_served
         window = self._window
         exhausted = False
@@ -750,15 +853,18 @@ class PackStream:
         return f"PackStream(max_sequence_length={f['max_sequence_length']}, read_ahead={f['read_ahead']}, method={f['method']!r})"
 
 
+_PACK_STREAM_POSITIONAL = ("read_ahead", "key", "method", "max_sequences_per_pack", "seed")
+
+
 def pack_stream(
     source: Iterable,
     max_sequence_length: int,
-    read_ahead: int,
-    key: Callable[[Any], int] = len,
-    method: str = "bfd",
-    max_sequences_per_pack: int | None = None,
-    seed: int = 0,
-    *,
+    *args,
+    read_ahead: int = _UNSET,
+    key: Callable[[Any], int] = _UNSET,
+    method: str = _UNSET,
+    max_sequences_per_pack: int | None = _UNSET,
+    seed: int = _UNSET,
     shuffle: bool = True,
 ) -> PackStream:
     """Pack a stream window by window: read ``read_ahead`` items, bin-pack them by length,
@@ -770,18 +876,24 @@ def pack_stream(
         As for :class:`BucketedReadaheadBatchIterator`.
     max_sequence_length : int
         Pack capacity in tokens; every item's length must be in ``[1, max_sequence_length]``.
-    read_ahead : int
+    read_ahead : int (keyword, required)
         Items per window. Larger windows pack tighter (see docs/bucketing.md).
     key : callable, default len
         Length of an item.
     method : {"bfd", "ffd"}, default "bfd"
-        :func:`packlib.bfd_pack` or :func:`packlib.ffd_pack`.
+        A per-sequence method of :mod:`packlib.methods` (:func:`packlib.bfd_pack` or
+        :func:`packlib.ffd_pack`).
     max_sequences_per_pack : int or None
         Depth limit.
     seed : int, default 0
         Seed of the per-window shuffle of the packs.
     shuffle : bool, default True
         Shuffle the packs of each window (else the packer's order: longest packs first).
+
+    Everything after ``max_sequence_length`` is keyword-only (the house convention). The
+    old positional order (``read_ahead, key, method, max_sequences_per_pack, seed``) still
+    works for one release, with a ``DeprecationWarning``; in the next one the third
+    positional argument becomes ``max_sequences_per_pack``.
 
     Returns
     -------
@@ -794,4 +906,11 @@ def pack_stream(
     >>> [[len(s) for s in p] for p in pack_stream(["aaa", "bb", "c", "dddd"], 5, read_ahead=4, shuffle=False)]
     [[4, 1], [3, 2]]
     """
-    return PackStream(source, max_sequence_length, read_ahead, key, method, max_sequences_per_pack, seed, shuffle)
+    given = {"read_ahead": read_ahead, "key": key, "method": method, "max_sequences_per_pack": max_sequences_per_pack, "seed": seed}
+    if args:
+        given.update(_deprecated_positional("pack_stream", args, _PACK_STREAM_POSITIONAL, given))
+    defaults = {"read_ahead": None, "key": len, "method": "bfd", "max_sequences_per_pack": None, "seed": 0}
+    v = {k: defaults[k] if given[k] is _UNSET else given[k] for k in _PACK_STREAM_POSITIONAL}
+    return PackStream(
+        source, max_sequence_length, v["read_ahead"], v["key"], v["method"], v["max_sequences_per_pack"], v["seed"], shuffle
+    )

@@ -14,9 +14,13 @@ from packlib._kernels.bucket import mt_shuffle, sort_desc
 
 from .naive_bucket import naive_bucket, naive_bucket_lengths, naive_shard
 
-ib = pytest.importorskip("infinibatch.iterators")
-IB = ib.BucketedReadaheadBatchIterator
-Native = ib.NativeCheckpointableIterator
+
+
+def _ib():
+    """``(infinibatch.iterators, its BucketedReadaheadBatchIterator, NativeCheckpointableIterator)``,
+    or skip the calling test: only the comparisons with infinibatch need it."""
+    ib = pytest.importorskip("infinibatch.iterators")
+    return ib, ib.BucketedReadaheadBatchIterator, ib.NativeCheckpointableIterator
 
 
 def _batch_size_fn(kind):
@@ -62,6 +66,7 @@ def _make(lens, cfg):
 # ---------------------------------------------------------------- identical to infinibatch
 @given(items_st, config_st)
 def test_iterator_matches_infinibatch_and_naive(lens, cfg):
+    ib, IB, Native = _ib()
     items, kw = _make(lens, cfg)
     ours = list(BucketedReadaheadBatchIterator(items, **kw))
     theirs = list(IB(Native(items), **kw))
@@ -74,6 +79,7 @@ def test_iterator_matches_infinibatch_and_naive(lens, cfg):
 @pytest.mark.parametrize("read_ahead", [1, 100, 1000, 3000])
 @pytest.mark.parametrize("bs", [1, 7, 32, "budget"])
 def test_iterator_matches_infinibatch_large(read_ahead, bs):
+    ib, IB, Native = _ib()
     rng = np.random.default_rng(read_ahead)
     lens = np.clip(np.rint(rng.lognormal(3, 1, 6000)), 1, 300).astype(int).tolist()
     batch_size = (lambda x: 600 // x) if bs == "budget" else bs  # many batches: kernel shuffle path
@@ -85,6 +91,7 @@ def test_iterator_matches_infinibatch_large(read_ahead, bs):
 
 @pytest.mark.parametrize("keyfn", [lambda x: float(x % 5) + 0.5, lambda x: (x % 3, -x), None, lambda x: x % 2 == 0])
 def test_non_integer_and_absent_keys_match(keyfn):
+    ib, IB, Native = _ib()
     items = list(range(97))
     for seed in (0, 1):
         ours = list(BucketedReadaheadBatchIterator(items, 20, key=keyfn, batch_size=3, seed=seed))
@@ -92,6 +99,7 @@ def test_non_integer_and_absent_keys_match(keyfn):
 
 
 def test_sequence_items_are_kept_as_objects():
+    ib, IB, Native = _ib()
     rng = np.random.default_rng(2)
     items = [list(range(int(n))) for n in rng.integers(1, 9, 200)] + [np.arange(int(n)) for n in rng.integers(1, 9, 50)]
     ours = list(BucketedReadaheadBatchIterator(items, 64, key=len, batch_size=3, seed=1))
@@ -100,6 +108,7 @@ def test_sequence_items_are_kept_as_objects():
 
 
 def test_wide_int_keys_take_merge_sort_path():
+    ib, IB, Native = _ib()
     items = [(i * 7919) % 101 * 10**9 + i for i in range(500)] + [2**70, -5, -(2**63)]
     ours = list(BucketedReadaheadBatchIterator(items, 64, key=lambda x: x, batch_size=5, seed=3))
     assert ours == list(IB(Native(items), 64, key=lambda x: x, batch_size=5, seed=3))
@@ -110,6 +119,7 @@ def test_wide_int_keys_take_merge_sort_path():
 
 
 def test_accepts_infinibatch_sources():
+    ib, IB, Native = _ib()
     src = list(range(300))
     mk = lambda: ib.InfinitePermutationSourceIterator(src, seed=4)  # noqa: E731
     a = BucketedReadaheadBatchIterator(mk(), 50, key=lambda x: x % 17, batch_size=4, seed=9)
@@ -132,6 +142,7 @@ def test_accepts_infinibatch_sources():
     st.integers(0, 2**32),
 )
 def test_bucket_matches_naive_and_infinibatch(lens, read_ahead, sizes, shuffle, seed):
+    ib, IB, Native = _ib()
     batch_size, max_tokens = sizes
     got = bucket(lens, read_ahead, batch_size=batch_size, max_tokens=max_tokens, shuffle=shuffle, seed=seed)
     want = naive_bucket_lengths(lens, read_ahead, batch_size, max_tokens, shuffle, seed)
@@ -197,6 +208,7 @@ def test_mt_shuffle_is_cpython_shuffle(n, seed):
 @settings(max_examples=25)
 @given(st.lists(st.integers(1, 20), min_size=1, max_size=40), config_st)
 def test_resume_at_every_batch_position(lens, cfg):
+    ib, IB, Native = _ib()
     items, kw = _make(lens, cfg)
     full = list(BucketedReadaheadBatchIterator(items, **kw))
     ref = IB(Native(items), **kw)
@@ -306,12 +318,16 @@ def test_sharding_world_size_one_is_identity():
         (dict(remainder="pad"), "remainder"),
         (dict(seed=-1), "seed"),
         (dict(key=3), "key"),
+        (dict(read_ahead=2**70), "read_ahead"),
+        (dict(batch_size=2**70), "batch_size"),
+        (dict(shuffle="yes"), "shuffle"),
+        (dict(rank=1.0), "rank"),
     ],
 )
 def test_iterator_bad_arguments(kwargs, match):
     kw = dict(read_ahead=4, key=len, batch_size=2)
     kw.update(kwargs)
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises((ValueError, TypeError), match=match):
         BucketedReadaheadBatchIterator(["a", "bb"], **kw)
 
 
@@ -322,11 +338,11 @@ def test_bad_items():
         list(BucketedReadaheadBatchIterator([1, "a", 3], 3, key=lambda x: x, batch_size=2))
     with pytest.raises(ValueError, match="exceeds the batch budget"):
         list(BucketedReadaheadBatchIterator([1, 50, 3], 3, key=lambda x: x, batch_size=lambda x: 40 // x))
-    with pytest.raises(ValueError, match="whole number"):
+    with pytest.raises(TypeError, match="whole number"):
         list(BucketedReadaheadBatchIterator([1, 50, 3], 3, key=lambda x: x, batch_size=lambda x: 2.0))
     with pytest.raises(ValueError, match="boundary_key returned None"):
         list(BucketedReadaheadBatchIterator([1, 2], 3, key=lambda x: x, batch_size=2, boundary_key=lambda x: None))
-    with pytest.raises(ValueError, match="iterable"):
+    with pytest.raises(TypeError, match="iterable"):
         BucketedReadaheadBatchIterator(5, 3, key=lambda x: x, batch_size=2)
 
 
@@ -341,10 +357,17 @@ def test_bad_items():
         (([1, 2], 2), dict(batch_size=0), "batch_size"),
         (([1.5], 2), dict(batch_size=1), "whole"),
         (([1, 2], 2), dict(batch_size=1, world_size=0), "world_size"),
+        (([1, 2], 2**63 - 1), dict(batch_size=1), "read_ahead"),
+        (([1, 2], 2**70), dict(batch_size=1), "read_ahead"),
+        (([1, 2], 2), dict(batch_size=2**70), "batch_size"),
+        (([1, 2], 2), dict(max_tokens=2**70), "max_tokens"),
+        (([2**63 - 1, 1], 2), dict(batch_size=1), "2\\*\\*62"),
+        (([1, 2], 2), dict(batch_size=1, shuffle=1), "shuffle"),
+        (([True, False], 2), dict(batch_size=1), "booleans"),
     ],
 )
 def test_bucket_bad_input(args, kwargs, match):
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises((ValueError, TypeError), match=match):
         bucket(*args, **kwargs)
 
 
@@ -372,7 +395,7 @@ needs_packers = pytest.mark.skipif(not _packers_ready(), reason="ffd_pack/bfd_pa
 )
 def test_pack_stream_properties(lens, read_ahead, method, depth, shuffle):
     items = [("x" * n, i) for i, n in enumerate(lens)]
-    packs = list(pack_stream(items, 32, read_ahead, key=lambda t: len(t[0]), method=method, max_sequences_per_pack=depth, shuffle=shuffle))
+    packs = list(pack_stream(items, 32, read_ahead=read_ahead, key=lambda t: len(t[0]), method=method, max_sequences_per_pack=depth, shuffle=shuffle))
     flat = [t for p in packs for t in p]
     assert sorted(flat, key=lambda t: t[1]) == items  # every item exactly once
     assert all(sum(len(t[0]) for t in p) <= 32 for p in packs)
@@ -400,7 +423,7 @@ def test_pack_stream_properties(lens, read_ahead, method, depth, shuffle):
 def test_pack_stream_resume_every_position_and_errors():
     rng = np.random.default_rng(5)
     items = [int(v) for v in rng.integers(1, 20, 70)]
-    ps = lambda src=items, **kw: pack_stream(src, 24, 16, key=lambda x: x, seed=3, **kw)  # noqa: E731
+    ps = lambda src=items, **kw: pack_stream(src, 24, read_ahead=16, key=lambda x: x, seed=3, **kw)  # noqa: E731
     full = list(ps())
     assert [sorted(p) for p in full] != [sorted(p) for p in ps(shuffle=False)] or len(full) < 3
     it = ps()
@@ -411,20 +434,83 @@ def test_pack_stream_resume_every_position_and_errors():
         if k < len(full):
             assert next(it) == full[k]
     with pytest.raises(ValueError, match="different configuration"):
-        pack_stream(items, 25, 16, key=lambda x: x).setstate(it.getstate())
+        pack_stream(items, 25, read_ahead=16, key=lambda x: x).setstate(it.getstate())
     with pytest.raises(ValueError, match="item 16 of the stream"):
-        list(pack_stream([1] * 16 + [30], 24, 16, key=lambda x: x))
-    with pytest.raises(ValueError, match="method"):
-        pack_stream(items, 24, 16, method="nf")
+        list(pack_stream([1] * 16 + [30], 24, read_ahead=16, key=lambda x: x))
+    with pytest.raises(ValueError, match="unknown sequence method 'nf'"):
+        pack_stream(items, 24, read_ahead=16, method="nf")
+    with pytest.raises(ValueError, match="unknown sequence method 'spfhp'"):
+        pack_stream(items, 24, read_ahead=16, method="spfhp")
     with pytest.raises(ValueError, match="read_ahead"):
-        pack_stream(items, 24, 0)
+        pack_stream(items, 24, read_ahead=0)
 
 
 def test_pack_stream_argument_errors_without_packers():
     with pytest.raises(ValueError, match="max_sequence_length"):
-        pack_stream([1], 0, 4)
-    with pytest.raises(ValueError, match="key"):
-        pack_stream([1], 4, 4, key=None)
+        pack_stream([1], 0, read_ahead=4)
+    with pytest.raises(TypeError, match="key"):
+        pack_stream([1], 4, read_ahead=4, key=None)
+    with pytest.raises(TypeError, match="read_ahead"):
+        pack_stream([1], 4)
+    with pytest.raises(TypeError, match="method"):
+        pack_stream([1], 4, read_ahead=4, method=3)
+    with pytest.raises(ValueError, match="read_ahead"):
+        pack_stream([1], 4, read_ahead=2**70)
+
+
+def test_deprecated_positional_arguments_still_work():
+    with pytest.warns(DeprecationWarning, match="pass read_ahead=...,"):
+        old = list(pack_stream([3, 1, 2, 4], 5, 2, lambda x: x, "ffd", None, 0))
+    assert old == list(pack_stream([3, 1, 2, 4], 5, read_ahead=2, key=lambda x: x, method="ffd"))
+    with pytest.warns(DeprecationWarning, match="batch_size, max_tokens, shuffle"):
+        b = bucket([3, 1, 2, 5], 4, 2, None, False)
+    assert b.to_list() == bucket([3, 1, 2, 5], 4, batch_size=2, shuffle=False).to_list()
+    with pytest.raises(TypeError, match="multiple values"):
+        bucket([3, 1], 4, 2, batch_size=2)
+    with pytest.raises(TypeError, match="at most"):
+        bucket([3, 1], 4, 2, None, True, 0, 5)
+
+
+def test_pack_stream_setstate_validates():
+    items = list(range(1, 40))
+    ps = pack_stream(items, 40, read_ahead=8, key=lambda x: x, seed=1)
+    for _ in range(6):
+        next(ps)
+    good = ps.getstate()
+    assert good["window"] >= 1
+    for bad, exc, match in [
+        (dict(good, window=-3), ValueError, "window"),
+        (dict(good, window=good["window"] + 1), ValueError, "inconsistent"),
+        (dict(good, window=1.0), TypeError, "window"),
+        (dict(good, num_served=-1), ValueError, "num_served"),
+        (dict(good, num_served="2"), TypeError, "num_served"),
+        ({k: v for k, v in good.items() if k != "window"}, ValueError, "lacks 'window'"),
+        ([1, 2], TypeError, "must be a dict"),
+        ("state", TypeError, "must be a dict"),
+        (dict(good, packlib_config=3), TypeError, "packlib_config"),
+        (dict(good, source_state=7), TypeError, "source_state"),
+        (dict(good, source_state={"num_items_yielded": -8}), ValueError, "-8"),
+    ]:
+        fresh = pack_stream(items, 40, read_ahead=8, key=lambda x: x, seed=1)
+        with pytest.raises(exc, match=match):
+            fresh.setstate(bad)
+    fresh = pack_stream(items, 40, read_ahead=8, key=lambda x: x, seed=1)
+    fresh.setstate(good)
+    assert list(fresh) == list(ps)
+
+
+def test_iterator_setstate_wrong_types():
+    it = BucketedReadaheadBatchIterator(list(range(30)), 10, key=lambda x: x, batch_size=3, seed=1)
+    next(it)
+    good = it.getstate()
+    with pytest.raises(TypeError, match="must be a dict"):
+        it.setstate(5)
+    with pytest.raises(ValueError, match="lacks 'num_served'"):
+        it.setstate({"source_state": None})
+    with pytest.raises(TypeError, match="num_served"):
+        it.setstate(dict(good, num_served=None))
+    with pytest.raises(ValueError, match="random.Random state"):
+        it.setstate(dict(good, random_state=(3, (1, 2), None)))
 
 
 # ---------------------------------------------------------------- torch adapter

@@ -59,15 +59,18 @@ def mt_shuffle(a, mt, pos):
 
 @jit
 def sort_desc(keys, lo, hi, counts):
-    """Stable descending order of ``keys`` (ties keep input order).
+    """Stable descending order of ``keys`` (ties keep input order; ``lo <= keys <= hi``).
 
-    A counting sort over ``[lo, hi]`` when ``counts`` (scratch, size ``hi - lo + 2``) is
-    given with at least that size, else a stable merge sort.
+    A counting sort over ``[lo, hi]`` when ``counts`` (scratch) has room for the span
+    (``hi - lo + 2`` entries), else a stable merge sort. The span is computed in unsigned
+    arithmetic, so any ``lo <= hi`` in int64 is safe (``hi - lo + 1`` would wrap in int64
+    for keys spanning more than ``2**63``, e.g. hashes).
     """
     n = keys.size
-    order = np.empty(n, dtype=np.int64)
-    span = hi - lo + 1
-    if counts.size >= span + 1:
+    d = np.uint64(hi) - np.uint64(lo)  # exact: 0 <= hi - lo < 2**64
+    if counts.size > 1 and d < np.uint64(counts.size - 1):
+        span = np.int64(d) + 1
+        order = np.empty(n, dtype=np.int64)
         counts[: span + 1] = 0
         for i in range(n):
             counts[hi - keys[i] + 1] += 1  # bucket 0 = largest key
@@ -78,10 +81,17 @@ def sort_desc(keys, lo, hi, counts):
             order[counts[b]] = i
             counts[b] += 1
         return order
-    neg = np.empty(n, dtype=np.int64)
+    inv = np.empty(n, dtype=np.int64)
     for i in range(n):
-        neg[i] = -keys[i]
-    return np.argsort(neg, kind="mergesort")
+        inv[i] = ~keys[i]  # -k - 1: order-reversing and never overflows (unlike -k)
+    return np.argsort(inv, kind="mergesort")
+
+
+def counting_scratch(lo: int, hi: int, n: int) -> np.ndarray:
+    """Scratch for :func:`sort_desc`'s counting sort when the key span ``hi - lo + 1`` (exact
+    Python ints) is at most ``4 n + 4096``; an empty array (merge sort) otherwise."""
+    span = hi - lo + 1
+    return np.empty(span + 1 if 0 < span <= 4 * n + 4096 else 0, dtype=np.int64)
 
 
 @jit
@@ -105,19 +115,19 @@ def cut(sorted_keys, batch_size, max_tokens, offsets):
 
 
 @jit
-def bucket_all(lengths, read_ahead, batch_size, max_tokens, lo, hi, shuffle, mt, pos):
+def bucket_all(lengths, read_ahead, batch_size, max_tokens, lo, hi, counts, shuffle, mt, pos):
     """Bucket a whole array window by window, as infinibatch would on ``len``-keyed items.
 
     Returns ``(offsets, indices, window_batches)``: batches in CSR form over positions in
-    ``lengths`` and the number of batches each window produced. ``mt``/``pos`` (the shuffle
-    generator) are advanced in place.
+    ``lengths`` and the number of batches each window produced. ``counts`` is the counting
+    sort's scratch (:func:`counting_scratch`). ``mt``/``pos`` (the shuffle generator) are
+    advanced in place.
     """
     n = lengths.size
     indices = np.empty(n, dtype=np.int64)
     offsets = np.empty(n + 1, dtype=np.int64)
     nwin = (n + read_ahead - 1) // read_ahead
     window_batches = np.zeros(nwin, dtype=np.int64)
-    counts = np.empty(hi - lo + 2 if hi - lo + 1 <= 4 * read_ahead + 4096 else 0, dtype=np.int64)
     w_off = np.empty(min(n, read_ahead) + 1, dtype=np.int64)
     total = 0
     offsets[0] = 0
