@@ -435,3 +435,11 @@ def test_wikipedia_certificates():
     for depth, bound in ((3, 8_143_829), (None, 8_135_727)):
         lb = packlib.lower_bound(WIKI, max_sequences_per_pack=depth)
         assert naive_certificate.check_fast(lb.certificate, WIKI) == bound == lb.bound
+
+
+def test_nnls_size_guard():
+    from packlib._nnls_limits import MAX_NNLS_LENGTH, check_nnls_size
+
+    check_nnls_size(np.ones(MAX_NNLS_LENGTH, np.int64), MAX_NNLS_LENGTH, None)
+    with pytest.raises(ValueError, match="optimal.*lpfhp.*bfd"):
+        check_nnls_size(np.ones(8192, np.int64), 8192, 3)
