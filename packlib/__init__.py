@@ -30,6 +30,7 @@ _EXPORTS = {
     "PackingPlan": "packing",
     "Packs": "packing",
     "warmup": "_warmup",
+    "pack": "methods",
     "lower_bound": "optimal",
     "optimal_pack": "optimal",
     "LowerBound": "optimal",
@@ -44,7 +45,7 @@ _EXPORTS = {
     "compare": "compare",
     "ComparisonTable": "compare",
 }
-_SUBMODULES = ("datasets", "formats", "plot", "torch")
+_SUBMODULES = ("datasets", "formats", "methods", "plot", "torch")
 
 __all__ = sorted(_EXPORTS) + list(_SUBMODULES)
 
@@ -66,7 +67,8 @@ def __dir__():
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs; never executed
-    from . import datasets, formats, plot  # noqa: F401
+    from . import datasets, formats, methods, plot  # noqa: F401
+    from .methods import pack  # noqa: F401
     from ._warmup import warmup  # noqa: F401
     from .blending import BlendedIndex, blend, blend_exhaustive  # noqa: F401
     from .bucketing import Batches, BucketedReadaheadBatchIterator, PackStream, bucket, pack_stream  # noqa: F401

@@ -1,8 +1,17 @@
-"""Input validation shared by every public function.
+"""Input validation: the one place where packlib checks what users give it.
 
-Each public function converts its inputs here exactly once; kernels then trust their
-arguments. Every failure is a ``ValueError`` (or ``TypeError`` for a wrong kind of object)
-that names the argument, says what is wrong and, where it helps, what to do.
+The rule (``docs/design.md``, "Validation"): every public entry point converts its inputs
+here exactly once, before any kernel runs; kernels then trust their arguments.
+
+- **Integers are exact.** ``bool`` is never a number; floats are accepted in arrays only
+  when every value is a finite whole number (``3.0``), never rounded; scalars must be
+  integers (``int``, numpy integers, anything with ``__index__``).
+- **Within the range the kernels handle.** Every integer and array is checked against
+  explicit limits (``MAX_INT``; totals against ``MAX_TOTAL``) so no overflow, wrap-around or
+  numba typing error can happen inside a kernel. Totals are computed exactly.
+- **Arrays of the right rank**, contiguous, native-endian int64 (or float64) after conversion.
+- **Errors**: the wrong kind of object is a ``TypeError``; a bad value is a ``ValueError``.
+  Both name the argument, show the value, and say what to do.
 """
 from __future__ import annotations
 
@@ -12,33 +21,189 @@ import operator
 import numpy as np
 
 _INT64_MAX = np.iinfo(np.int64).max
+#: Largest scalar integer (a capacity, depth, batch size, count, ...) a kernel is given.
+MAX_INT = 2**62
+#: Largest total (tokens, sequences, samples) a kernel may accumulate in int64.
+MAX_TOTAL = 2**62
+
+__all__ = [
+    "MAX_INT",
+    "MAX_TOTAL",
+    "as_int",
+    "as_positive_int",
+    "as_nonnegative_int",
+    "as_optional_int",
+    "as_bool",
+    "as_choice",
+    "as_int_array",
+    "as_float_array",
+    "as_weights",
+    "as_histogram",
+    "as_lengths",
+    "check_lengths_positive",
+    "as_depth",
+    "as_capacity",
+    "as_seed",
+    "seed_to_int64",
+    "exact_sum",
+    "check_total",
+    "readonly",
+]
 
 
 def _first_bad(mask: np.ndarray) -> int:
     return int(np.flatnonzero(mask)[0])
 
 
-def as_int_array(values, name: str, *, allow_empty: bool = True) -> np.ndarray:
-    """Return ``values`` as a contiguous 1-D int64 array, or raise a clear error.
+def _shown(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
-    Integer dtypes are taken as they are; float arrays are accepted only when every value is
-    a finite whole number (``3.0``), never rounded; booleans, strings and objects are refused.
+
+# --------------------------------------------------------------------------- scalars
+
+
+def as_int(value, name: str, *, minimum: int | None = None, maximum: int | None = MAX_INT) -> int:
+    """An exact integer in ``[minimum, maximum]`` (``bool`` and floats are refused).
+
+    >>> as_int(3, "depth", minimum=1)
+    3
+    >>> as_int(2.0, "depth")
+    Traceback (most recent call last):
+    ...
+    TypeError: depth must be a whole number (int), got float 2.0; pass int(value) if that is what you mean
     """
-    arr = np.asarray(values)
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a whole number (int), got bool {value!r}")
+    if isinstance(value, numbers.Integral):
+        value = int(value)
+    else:
+        try:
+            value = operator.index(value)
+        except TypeError:
+            hint = "; pass int(value) if that is what you mean" if isinstance(value, (float, np.floating)) else ""
+            raise TypeError(f"{name} must be a whole number (int), got {type(value).__name__} {_shown(value)}{hint}") from None
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} = {value} is too large: at most {maximum:,} (2**{maximum.bit_length() - 1}) is supported")
+    return value
+
+
+def as_positive_int(value, name: str, *, maximum: int | None = MAX_INT) -> int:
+    """A whole number ``>= 1``."""
+    return as_int(value, name, minimum=1, maximum=maximum)
+
+
+def as_nonnegative_int(value, name: str, *, maximum: int | None = MAX_INT) -> int:
+    """A whole number ``>= 0``."""
+    return as_int(value, name, minimum=0, maximum=maximum)
+
+
+def as_optional_int(value, name: str, *, minimum: int | None = None, maximum: int | None = MAX_INT) -> int | None:
+    """``None``, or an integer as :func:`as_int`."""
+    return None if value is None else as_int(value, name, minimum=minimum, maximum=maximum)
+
+
+def as_bool(value, name: str) -> bool:
+    """``True`` or ``False`` (numpy booleans too); anything else is a ``TypeError``."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise TypeError(f"{name} must be True or False, got {type(value).__name__} {_shown(value)}")
+
+
+def as_choice(value, name: str, choices) -> str:
+    """One of the strings ``choices``."""
+    choices = tuple(choices)
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be one of {', '.join(map(repr, choices))}, got {type(value).__name__} {_shown(value)}")
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+    return value
+
+
+def as_depth(max_sequences_per_pack, name: str = "max_sequences_per_pack") -> int | None:
+    """A depth limit: a whole number ``>= 1``, or ``None`` for unlimited."""
+    return as_optional_int(max_sequences_per_pack, name, minimum=1)
+
+
+def as_capacity(max_sequence_length, seq_length=None) -> int:
+    """The pack capacity, given as ``max_sequence_length`` (the house name) or as
+    ``seq_length`` (TRL's name, accepted by the Arrow / datasets adapters and the pipeline)."""
+    if seq_length is not None:
+        if max_sequence_length is not None:
+            raise TypeError("give the capacity once: max_sequence_length or seq_length (an alias), not both")
+        return as_positive_int(seq_length, "seq_length")
+    if max_sequence_length is None:
+        raise TypeError("max_sequence_length (the pack capacity in tokens) is required")
+    return as_positive_int(max_sequence_length, "max_sequence_length")
+
+
+def as_seed(seed, name: str = "seed") -> int:
+    """A seed: a whole number in ``[0, 2**64)``."""
+    seed = as_int(seed, name, minimum=None, maximum=None)
+    if not 0 <= seed < 2**64:
+        raise ValueError(f"{name} must be in [0, 2**64), got {seed}; pick a non-negative seed")
+    return seed
+
+
+def seed_to_int64(seed: int) -> np.int64:
+    """Map a validated seed to the int64 that kernels take (bit pattern preserved)."""
+    return np.uint64(seed).view(np.int64) if seed >= 2**63 else np.int64(seed)
+
+
+# --------------------------------------------------------------------------- arrays
+
+
+def _as_1d(values, name: str) -> np.ndarray:
+    if isinstance(values, (str, bytes, dict, set)) or values is None:
+        raise TypeError(f"{name} must be a 1-D array of numbers, got {type(values).__name__} {_shown(values)}")
+    try:
+        arr = np.asarray(values)
+    except (ValueError, TypeError) as exc:  # ragged nested lists and the like
+        raise ValueError(f"{name} must be a 1-D array of numbers: {exc}") from None
     if arr.ndim != 1:
-        raise ValueError(f"{name} must be a 1-D array, got shape {arr.shape}")
+        raise ValueError(f"{name} must be a 1-D array, got shape {arr.shape}; flatten it or pass one row")
+    return arr
+
+
+def as_int_array(values, name: str, *, allow_empty: bool = True, minimum: int | None = None,
+                 maximum: int | None = _INT64_MAX) -> np.ndarray:
+    """Return ``values`` as a contiguous, native-endian, 1-D int64 array, or raise a clear error.
+
+    Integer dtypes are taken as they are; float arrays only when every value is a finite
+    whole number (``3.0``), never rounded; booleans, strings and objects that are not
+    integers are a ``TypeError``. ``minimum``/``maximum`` bound every value.
+    """
+    arr = _as_1d(values, name)
     if arr.size == 0:
         if not allow_empty:
             raise ValueError(f"{name} is empty: give at least one value")
+        if arr.dtype.kind not in "biufO" and arr.dtype != np.float64:
+            raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}")
         return np.zeros(0, dtype=np.int64)
     kind = arr.dtype.kind
     if kind == "b":
-        raise ValueError(f"{name} must hold integers, got booleans")
-    if kind in "iu":
+        raise TypeError(f"{name} must hold integers, got booleans; convert with .astype(int) if that is what you mean")
+    if kind == "O":
+        try:
+            ints = [operator.index(v) for v in arr if not isinstance(v, (bool, np.bool_))]
+        except TypeError:
+            ints = None
+        if ints is None or len(ints) != arr.size:
+            bad = next(v for v in arr if isinstance(v, (bool, np.bool_)) or not hasattr(v, "__index__"))
+            raise TypeError(f"{name} must hold integers, got {type(bad).__name__} {_shown(bad)}")
+        lo, hi = min(ints), max(ints)
+        if lo < -_INT64_MAX - 1 or hi > _INT64_MAX:
+            i = next(k for k, v in enumerate(ints) if not -_INT64_MAX - 1 <= v <= _INT64_MAX)
+            raise ValueError(f"{name}[{i}] = {ints[i]} does not fit in int64")
+        out = np.array(ints, dtype=np.int64)
+    elif kind in "iu":
         if kind == "u" and arr.dtype.itemsize == 8 and int(arr.max()) > _INT64_MAX:
-            raise ValueError(f"{name} has a value above 2**63-1 at index {_first_bad(arr > _INT64_MAX)}")
-        return np.ascontiguousarray(arr, dtype=np.int64)
-    if kind == "f":
+            i = _first_bad(arr > _INT64_MAX)
+            raise ValueError(f"{name}[{i}] = {arr[i]} does not fit in int64")
+        out = np.ascontiguousarray(arr, dtype=np.int64)
+    elif kind == "f":
         bad = ~np.isfinite(arr)
         if bad.any():
             i = _first_bad(bad)
@@ -51,78 +216,108 @@ def as_int_array(values, name: str, *, allow_empty: bool = True) -> np.ndarray:
                 "round or cast the values yourself if that is what you mean"
             )
         if np.abs(arr).max() > 2.0**62:
-            raise ValueError(f"{name} has values too large for int64")
-        return arr.astype(np.int64)
-    if kind == "O":
-        try:
-            return as_int_array(np.array([operator.index(v) for v in arr], dtype=np.int64), name)
-        except (TypeError, OverflowError):
-            pass
-    raise ValueError(f"{name} must hold integers, got dtype {arr.dtype}")
+            i = _first_bad(np.abs(arr) > 2.0**62)
+            raise ValueError(f"{name}[{i}] = {arr[i]!r} is too large to be an exact integer")
+        out = arr.astype(np.int64)
+    else:
+        raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}")
+    if minimum is not None and out.min() < minimum:
+        i = _first_bad(out < minimum)
+        raise ValueError(f"{name} must be >= {minimum}, got {out[i]} at index {i}")
+    if maximum is not None and maximum < _INT64_MAX and out.max() > maximum:
+        i = _first_bad(out > maximum)
+        raise ValueError(f"{name}[{i}] = {out[i]} is too large: at most {maximum:,} is supported")
+    return out
+
+
+def as_float_array(values, name: str, *, allow_empty: bool = True) -> np.ndarray:
+    """A contiguous 1-D float64 array of finite real numbers (booleans and strings refused)."""
+    arr = _as_1d(values, name)
+    if arr.size == 0 and not allow_empty:
+        raise ValueError(f"{name} is empty: give at least one value")
+    if arr.dtype.kind == "b" or (arr.size and arr.dtype.kind not in "iuf"):
+        raise TypeError(f"{name} must hold real numbers, got dtype {arr.dtype}")
+    out = np.ascontiguousarray(arr, dtype=np.float64)
+    bad = ~np.isfinite(out)
+    if bad.any():
+        i = _first_bad(bad)
+        raise ValueError(f"{name} must be finite, got {out[i]} at index {i}")
+    return out
+
+
+def as_weights(weights, name: str = "weights", *, allow_zero: bool = True) -> np.ndarray:
+    """Mixture weights: finite, non-negative, at least one positive (float64)."""
+    w = as_float_array(weights, name, allow_empty=False)
+    if (w < 0).any():
+        i = _first_bad(w < 0)
+        raise ValueError(f"{name} must be >= 0, got {w[i]} at index {i}")
+    if not (w > 0).any():
+        raise ValueError(f"{name} are all zero: give at least one positive weight")
+    if not allow_zero and (w == 0).any():
+        i = _first_bad(w == 0)
+        raise ValueError(f"{name}[{i}] is 0, which this method does not allow; drop that entry")
+    return w
+
+
+def exact_sum(arr: np.ndarray, weights: np.ndarray | None = None) -> int:
+    """``sum(arr)`` (or ``sum(arr * weights)``) of int64 arrays as an exact Python int."""
+    if weights is None:
+        if arr.size == 0:
+            return 0
+        if int(np.abs(arr).max()) * arr.size < _INT64_MAX:
+            return int(arr.sum())
+        return sum(int(x) for x in arr.tolist())
+    if arr.size == 0:
+        return 0
+    a_max, w_max = int(np.abs(arr).max()), int(np.abs(weights).max())
+    if a_max * w_max * arr.size < _INT64_MAX:
+        return int((arr * weights).sum())
+    return sum(int(x) * int(y) for x, y in zip(arr.tolist(), weights.tolist()))
+
+
+def check_total(total: int, name: str, what: str = "total") -> int:
+    """Refuse a total the kernels could not hold in int64 (``> MAX_TOTAL``)."""
+    if total > MAX_TOTAL:
+        raise ValueError(f"{name}: the {what} is {total:,}, above the supported {MAX_TOTAL:,} (2**62); split the input")
+    return total
 
 
 def as_histogram(histogram, name: str = "histogram") -> np.ndarray:
-    """A length histogram: 1-D, non-empty, whole, non-negative counts (``h[i]`` = count of length ``i+1``)."""
+    """A length histogram: 1-D, non-empty, whole, non-negative counts (``h[i]`` = count of
+    length ``i+1``), whose sequence and token totals fit the kernels (at most ``2**62``)."""
     h = as_int_array(histogram, name, allow_empty=False)
     if (h < 0).any():
         i = _first_bad(h < 0)
         raise ValueError(f"{name} must be non-negative, got {h[i]} at index {i} (length {i + 1})")
+    check_total(exact_sum(h), name, "number of sequences")
+    check_total(exact_sum(h, np.arange(1, h.size + 1, dtype=np.int64)), name, "number of tokens")
     return h
 
 
-def as_lengths(lengths, max_sequence_length: int, name: str = "lengths") -> np.ndarray:
-    """Sequence lengths: 1-D whole numbers in ``[1, max_sequence_length]``."""
-    arr = as_int_array(lengths, name)
-    if arr.size:
-        lo, hi = int(arr.min()), int(arr.max())
-        if lo < 1:
-            i = _first_bad(arr < 1)
-            raise ValueError(f"{name} must be >= 1, got {arr[i]} at index {i}; drop empty sequences first")
-        if hi > max_sequence_length:
-            i = _first_bad(arr > max_sequence_length)
-            raise ValueError(
-                f"{name}[{i}] = {arr[i]} exceeds max_sequence_length = {max_sequence_length}; "
-                "truncate or split long sequences first, or raise max_sequence_length"
-            )
+def check_lengths_positive(arr: np.ndarray, name: str = "lengths") -> np.ndarray:
+    """Refuse lengths below 1 (empty sequences) in an int64 array."""
+    if arr.size and arr.min() < 1:
+        i = _first_bad(arr < 1)
+        raise ValueError(f"{name} must be >= 1, got {arr[i]} at index {i}; drop empty sequences first")
     return arr
 
 
-def _as_int(value, name: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ValueError(f"{name} must be a whole number >= {minimum}, got {value!r}")
-    value = int(value)
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return value
+def as_lengths(lengths, max_sequence_length: int | None, name: str = "lengths") -> np.ndarray:
+    """Sequence lengths: 1-D whole numbers in ``[1, max_sequence_length]`` (no upper bound
+    when ``max_sequence_length`` is ``None``; totals always within ``MAX_TOTAL``)."""
+    arr = check_lengths_positive(as_int_array(lengths, name), name)
+    if arr.size and max_sequence_length is not None and arr.max() > max_sequence_length:
+        i = _first_bad(arr > max_sequence_length)
+        raise ValueError(
+            f"{name}[{i}] = {arr[i]} exceeds max_sequence_length = {max_sequence_length}; "
+            "truncate or split long sequences first, or raise max_sequence_length"
+        )
+    check_total(exact_sum(arr), name, "number of tokens")
+    return arr
 
 
-def as_positive_int(value, name: str) -> int:
-    """A whole number >= 1 (``True``/``False`` and floats are refused)."""
-    return _as_int(value, name, 1)
-
-
-def as_nonnegative_int(value, name: str) -> int:
-    """A whole number >= 0 (``True``/``False`` and floats are refused)."""
-    return _as_int(value, name, 0)
-
-
-def as_depth(max_sequences_per_pack) -> int | None:
-    """``max_sequences_per_pack``: a whole number >= 1, or ``None`` for unlimited."""
-    if max_sequences_per_pack is None:
-        return None
-    return as_positive_int(max_sequences_per_pack, "max_sequences_per_pack")
-
-
-def as_seed(seed) -> int:
-    """A seed: a whole number in ``[0, 2**64)``."""
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-        raise ValueError(f"seed must be a whole number >= 0, got {seed!r}")
-    seed = int(seed)
-    if not 0 <= seed < 2**64:
-        raise ValueError(f"seed must be in [0, 2**64), got {seed}")
-    return seed
-
-
-def seed_to_int64(seed: int) -> np.int64:
-    """Map a validated seed to the int64 that kernels take (bit pattern preserved)."""
-    return np.uint64(seed).view(np.int64) if seed >= 2**63 else np.int64(seed)
+def readonly(a: np.ndarray) -> np.ndarray:
+    """Mark ``a`` read-only (result arrays are frozen like their dataclasses) and return it."""
+    if a is not None and a.flags.writeable:
+        a.flags.writeable = False
+    return a

@@ -1,4 +1,8 @@
-"""Command line: ``python -m packlib {demo,pack,mlperf-bert} ...``."""
+"""Command line: ``python -m packlib {demo,pack,mlperf-bert,pack-dataset} ...``.
+
+Every expected failure (bad input, a missing or unwritable file) is one line on stderr,
+``error: ...``, and exit status 2 (a failed verify: 1); ``--debug`` shows the traceback.
+"""
 from __future__ import annotations
 
 import argparse
@@ -8,15 +12,42 @@ import time
 
 import numpy as np
 
+from . import methods
+
 __all__ = ["main"]
 
 
 def _depth_arg(text: str):
     if text.lower() in ("none", "unlimited", "max", "0"):
         return None
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be >= 1, or 'unlimited'")
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1 or 'unlimited', got {text!r}") from None
+    if not 1 <= value <= 2**62:
+        raise argparse.ArgumentTypeError(f"must be in [1, 2**62], or 'unlimited'; got {value}")
+    return value
+
+
+def seed_arg(text: str) -> int:
+    """``--seed``: a whole number in [0, 2**64)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}") from None
+    if not 0 <= value < 2**64:
+        raise argparse.ArgumentTypeError(f"must be in [0, 2**64), got {value}")
+    return value
+
+
+def positive_int_arg(text: str) -> int:
+    """A whole number in [1, 2**62]."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if not 1 <= value <= 2**62:
+        raise argparse.ArgumentTypeError(f"must be in [1, 2**62], got {value}")
     return value
 
 
@@ -36,16 +67,14 @@ def _demo(args) -> int:
     print(f"Histogram: {source}")
     print(f"  {n:,} sequences, {tokens:,} tokens, max length {L}; padded to {L}: {100 * tokens / max(n * L, 1):.2f} % efficiency\n")
     depths = args.max_sequences_per_pack or [3, None]
-    methods = args.methods.split(",") if args.methods else None
-    table = compare(h, methods=methods, max_sequences_per_pack=depths)
+    chosen = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else None
+    table = compare(h, max_sequences_per_pack=depths, methods=chosen)
     print(table.to_markdown())
     print("\n(time: steady state after a warm-up call; gap: packs above the LP lower bound)")
     if n == 0:
         return 0
     best = table.best(depth=depths[0])
-    from .compare import get_packer
-
-    plan = get_packer(best.method)(h, depths[0])
+    plan = methods.get(best.method).function(h, max_sequences_per_pack=depths[0])
     print(f"\nBest plan at depth {best.depth_label}:\n{plan.report()}\n")
     # turn the plan into packs of sample ids, as a training pipeline would
     rng = np.random.default_rng(args.seed)
@@ -66,10 +95,8 @@ def _demo(args) -> int:
 
 
 def _pack(args) -> int:
-    from .compare import get_packer
-
     h, _ = _load_histogram(args.histogram)
-    plan = get_packer(args.method)(h, args.max_sequences_per_pack)
+    plan = methods.get(args.method, kind="histogram").function(h, max_sequences_per_pack=args.max_sequences_per_pack)
     print(plan.report(), file=sys.stderr if args.output == "-" else sys.stdout)
     if args.output:
         text = json.dumps(plan.to_dict(), indent=1)
@@ -82,20 +109,27 @@ def _pack(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m packlib", description="Sequence packing for ML training data.")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="show the full traceback of an error (default: one line)")
+    parser = argparse.ArgumentParser(prog="python -m packlib", description="Sequence packing for ML training data.",
+                                     parents=[common])
     sub = parser.add_subparsers(dest="command", required=True)
 
-    demo = sub.add_parser("demo", help="compare every packer on a histogram and assign sample ids")
+    def add(name, **kwargs):
+        return sub.add_parser(name, parents=[common], **kwargs)
+
+    demo = add("demo", help="compare every packer on a histogram and assign sample ids")
     demo.add_argument("--histogram", help="histogram file: one count per line (line i = length i+1), or .npy; default: bundled Wikipedia")
     demo.add_argument("--max-sequences-per-pack", type=_depth_arg, action="append",
                       help="depth to compare (repeatable; 'unlimited' for none); default: 3 and unlimited")
-    demo.add_argument("--methods", help="comma-separated subset of spfhp,lpfhp,nnls,optimal")
-    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--methods", help=f"comma-separated subset of {','.join(methods.names('histogram'))}")
+    demo.add_argument("--seed", type=seed_arg, default=0)
     demo.set_defaults(run=_demo)
 
-    pack = sub.add_parser("pack", help="pack a histogram with one method; print the report, optionally write the plan as JSON")
+    pack = add("pack", help="pack a histogram with one method; print the report, optionally write the plan as JSON")
     pack.add_argument("--histogram", help="histogram file (default: bundled Wikipedia)")
-    pack.add_argument("--method", default="nnls", choices=["spfhp", "lpfhp", "nnls", "optimal"])
+    pack.add_argument("--method", default="nnls", choices=methods.names("histogram"))
     pack.add_argument("--max-sequences-per-pack", type=_depth_arg, default=3)
     pack.add_argument("--output", "-o", help="write the plan (MLPerf metadata keys + strategies) as JSON here ('-' for stdout)")
     pack.set_defaults(run=_pack)
@@ -105,16 +139,41 @@ def build_parser() -> argparse.ArgumentParser:
     except ImportError:
         mlperf_bert = None
     if mlperf_bert is not None and hasattr(mlperf_bert, "configure_parser"):
-        mb = sub.add_parser("mlperf-bert", help="pack unpacked MLPerf BERT TFRecords into packed TFRecords (no TensorFlow)")
+        mb = add("mlperf-bert", help="pack unpacked MLPerf BERT TFRecords into packed TFRecords (no TensorFlow)")
         mlperf_bert.configure_parser(mb)
         mb.set_defaults(run=mlperf_bert.run)
+    try:
+        from .pipeline import cli as pipeline_cli
+    except ImportError:
+        pipeline_cli = None
+    if pipeline_cli is not None:
+        pd = add("pack-dataset", help="pack Parquet / Arrow / TFRecord datasets larger than memory into Parquet")
+        pipeline_cli.configure_parser(pd)
+        pd.set_defaults(run=pipeline_cli.run)
     return parser
 
 
+def describe_error(exc: BaseException) -> str:
+    """One line for an expected failure: the message, with the file for OS errors."""
+    if isinstance(exc, OSError) and exc.filename is not None:
+        what = exc.strerror or type(exc).__name__
+        return f"{exc.filename}: {what}" + ("" if exc.filename2 is None else f" ({exc.filename2})")
+    if isinstance(exc, MemoryError):
+        return "out of memory; use a smaller input or a machine with more memory"
+    text = str(exc).strip() or type(exc).__name__
+    return " ".join(text.split())
+
+
 def main(argv=None) -> int:
+    """Run the command line; returns the exit status."""
     args = build_parser().parse_args(argv)
     try:
         return int(args.run(args) or 0)
-    except ValueError as exc:  # bad input: say what is wrong, no traceback
-        print(f"error: {exc}", file=sys.stderr)
+    except (ValueError, TypeError, OSError, MemoryError) as exc:  # expected failures: one line, no traceback
+        if getattr(args, "debug", False):
+            raise
+        print(f"error: {describe_error(exc)}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

@@ -8,28 +8,15 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from ._validate import as_depth, as_histogram
+from . import methods as _registry
+from ._validate import as_bool, as_depth, as_histogram, as_optional_int
 
-__all__ = ["compare", "ComparisonTable", "ComparisonRow", "METHODS"]
-
-#: Method name -> (module, function) of the packers :func:`compare` knows.
-METHODS = {
-    "spfhp": ("packing", "spfhp_pack"),
-    "lpfhp": ("packing", "lpfhp_pack"),
-    "nnls": ("packing", "nnls_pack"),
-    "optimal": ("optimal", "optimal_pack"),
-}
+__all__ = ["compare", "ComparisonTable", "ComparisonRow"]
 
 
 def get_packer(method: str):
-    """The histogram packer called ``method`` (one of :data:`METHODS`)."""
-    from importlib import import_module
-
-    try:
-        module, name = METHODS[method]
-    except KeyError:
-        raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}") from None
-    return getattr(import_module(f".{module}", __package__), name)
+    """The histogram packer called ``method`` (a histogram name of :mod:`packlib.methods`)."""
+    return _registry.get(method, kind="histogram").function
 
 
 @dataclass(frozen=True)
@@ -106,8 +93,13 @@ class ComparisonTable(list):
         return self.to_markdown()
 
     def best(self, depth=...) -> ComparisonRow:
-        """The row with the fewest packs (optionally among one depth only)."""
+        """The row with the fewest packs (optionally among one depth only; ``None`` is
+        unlimited). Raises ``ValueError`` if the table has no row at that depth."""
         rows = [r for r in self if depth is ... or r.depth == depth]
+        if not rows:
+            have = ", ".join(sorted({r.depth_label for r in self})) or "none"
+            raise ValueError(f"the table has no rows at depth {depth!r} (depths compared: {have}); "
+                             "pass one of those, or compare() at that depth")
         return min(rows, key=lambda r: (r.packs, r.seconds))
 
 
@@ -121,10 +113,10 @@ def _format_seconds(s: float) -> str:
 
 def compare(
     histogram,
-    methods: Sequence[str] | None = None,
-    max_sequences_per_pack: Iterable[int | None] = (2, 3, None),
-    *,
     max_sequence_length: int | None = None,
+    max_sequences_per_pack: int | None | Iterable[int | None] = (2, 3, None),
+    *,
+    methods: str | Sequence[str] | None = None,
     warmup: bool = True,
 ) -> ComparisonTable:
     """Pack one histogram with several methods and depths and tabulate the results.
@@ -133,10 +125,13 @@ def compare(
     ----------
     histogram : array_like of int
         ``histogram[i]`` = number of sequences of length ``i + 1``.
-    methods : sequence of str, optional
-        Any of ``"spfhp"``, ``"lpfhp"``, ``"nnls"``, ``"optimal"``; default: all of them.
-    max_sequences_per_pack : iterable of int or None
-        Depths to try (``None`` = unlimited).
+    max_sequence_length : int, optional
+        Pack capacity; defaults to ``len(histogram)``.
+    max_sequences_per_pack : int, None, or iterable of them, default (2, 3, None)
+        The depth or depths to try (``None`` = unlimited).
+    methods : str or sequence of str, optional
+        Histogram methods of :mod:`packlib.methods` (``"spfhp"``, ``"lpfhp"``, ``"nnls"``,
+        ``"optimal"``); default: all of them.
     warmup : bool, default True
         Call each method once on a tiny histogram first, so that the times reported are
         steady-state times, not numba compilation.
@@ -147,23 +142,51 @@ def compare(
         One :class:`ComparisonRow` per (depth, method), with packs, efficiency, speed-up and
         its limit, the gap to the LP lower bound (when :func:`packlib.lower_bound` is
         available) and wall time.
+
+    Examples
+    --------
+    >>> import packlib
+    >>> table = packlib.compare([0, 2, 1, 1, 0, 2], max_sequences_per_pack=2, methods=["spfhp", "optimal"])
+    >>> [(row.method, row.packs, row.gap) for row in table]
+    [('spfhp', 4, 0), ('optimal', 4, 0)]
     """
     h = as_histogram(histogram)
-    methods = list(METHODS) if methods is None else list(methods)
-    packers = {m: get_packer(m) for m in methods}
-    depths = [as_depth(d) for d in max_sequences_per_pack]
-    if warmup:
+    max_sequence_length = as_optional_int(max_sequence_length, "max_sequence_length", minimum=1)
+    if methods is None:
+        names = list(_registry.names("histogram"))
+    elif isinstance(methods, str):
+        names = [methods]
+    elif hasattr(methods, "__iter__"):
+        names = list(methods)
+    else:
+        raise TypeError(f"methods must be a method name or a list of them, got {type(methods).__name__}")
+    if not names:
+        raise ValueError("methods is empty: name at least one of " + ", ".join(_registry.names("histogram")))
+    packers = {}
+    for m in names:
+        method = _registry.get(m, kind="histogram")
+        packers[method.name] = method.function
+    if max_sequences_per_pack is None or isinstance(max_sequences_per_pack, (int, np.integer)):
+        depths = [as_depth(max_sequences_per_pack)]
+    elif hasattr(max_sequences_per_pack, "__iter__") and not isinstance(max_sequences_per_pack, (str, bytes)):
+        depths = [as_depth(d) for d in max_sequences_per_pack]
+    else:
+        depths = [as_depth(max_sequences_per_pack)]  # raises the TypeError that explains
+    if not depths:
+        raise ValueError("max_sequences_per_pack is empty: give a depth, None (unlimited), or a list of them")
+    depths = list(dict.fromkeys(depths))
+    if as_bool(warmup, "warmup"):
         tiny = np.zeros(8, dtype=np.int64)
         tiny[[1, 4, 7]] = [3, 2, 1]
         for packer in packers.values():
-            for d in set(depths):
-                packer(tiny, d)
+            for d in depths:
+                packer(tiny, max_sequences_per_pack=d)
     table = ComparisonTable()
     for d in depths:
         plans, seconds = {}, {}
         for m, packer in packers.items():
             t0 = time.perf_counter()
-            plans[m] = packer(h, d, max_sequence_length=max_sequence_length)
+            plans[m] = packer(h, max_sequence_length=max_sequence_length, max_sequences_per_pack=d)
             seconds[m] = time.perf_counter() - t0
         # a plan that carries a proven bound (optimal_pack) saves computing it again
         bound = next((p.lower_bound for p in plans.values() if p.lower_bound is not None), None)
@@ -191,4 +214,4 @@ def _lower_bound_or_none(h, depth, max_sequence_length):
         from .optimal import lower_bound
     except ImportError:
         return None
-    return int(lower_bound(h, depth, max_sequence_length=max_sequence_length).bound)
+    return int(lower_bound(h, max_sequence_length=max_sequence_length, max_sequences_per_pack=depth).bound)

@@ -12,12 +12,29 @@ length ``i + 1``.
 """
 from __future__ import annotations
 
+import functools
+import warnings
 from dataclasses import dataclass, field
 from typing import Iterator
 
 import numpy as np
 
-from ._validate import as_depth, as_histogram, as_lengths, as_positive_int, as_seed, seed_to_int64
+from ._validate import (
+    MAX_TOTAL,
+    as_bool,
+    as_depth,
+    as_histogram,
+    as_int,
+    as_int_array,
+    as_lengths,
+    as_nonnegative_int,
+    as_positive_int,
+    as_seed,
+    check_total,
+    exact_sum,
+    readonly,
+    seed_to_int64,
+)
 
 __all__ = [
     "histogram",
@@ -31,9 +48,13 @@ __all__ = [
 ]
 
 
-def _readonly(a: np.ndarray) -> np.ndarray:
-    a.setflags(write=False)
-    return a
+_readonly = readonly
+
+# Histogram packers build arrays over 1..L; above this capacity they would need gigabytes.
+MAX_HISTOGRAM_LENGTH = 2**24
+# Per-sequence packers: FFD's tree holds free space in int32, BFD keeps one bucket per value.
+MAX_FFD_LENGTH = 2**31 - 1
+MAX_BFD_LENGTH = 2**27
 
 
 # --------------------------------------------------------------------------------------
@@ -75,10 +96,15 @@ class _GroupedIds:
     def __len__(self) -> int:
         return self.offsets.size - 1
 
-    def __getitem__(self, g: int) -> np.ndarray:
-        """The sample ids in group ``g``."""
+    def __getitem__(self, g):
+        """The sample ids in group ``g`` (an int64 array); a slice gives the groups it
+        selects, as the same type (``packs[:10]``)."""
         n = self.offsets.size - 1
-        g = int(g)
+        if isinstance(g, slice):
+            return self.take(np.arange(n, dtype=np.int64)[g])
+        if isinstance(g, (bool, np.bool_)) or not hasattr(g, "__index__"):
+            raise TypeError(f"{self._unit} index must be an int or a slice, got {type(g).__name__} {g!r}")
+        g = int(g.__index__())
         if g < 0:
             g += n
         if not 0 <= g < n:
@@ -129,15 +155,35 @@ class Packs(_GroupedIds, _Figures):
         offsets = np.ascontiguousarray(self.offsets, dtype=np.int64)
         indices = np.ascontiguousarray(self.indices, dtype=np.int64)
         lengths = np.ascontiguousarray(self.lengths, dtype=np.int64)
-        if offsets.ndim != 1 or offsets.size < 1 or offsets[0] != 0:
-            raise ValueError("offsets must be a 1-D array starting at 0")
-        if indices.shape != lengths.shape or indices.ndim != 1:
-            raise ValueError(f"indices {indices.shape} and lengths {lengths.shape} must be 1-D of equal size")
+        offsets = as_int_array(self.offsets, "offsets", allow_empty=False)
+        indices = as_int_array(self.indices, "indices")
+        lengths = as_lengths(self.lengths, None)
+        if offsets[0] != 0:
+            raise ValueError(f"offsets must start at 0, got {offsets[0]}")
+        if offsets.size > 1 and (np.diff(offsets) < 0).any():
+            p = int(np.flatnonzero(np.diff(offsets) < 0)[0])
+            raise ValueError(f"offsets must be non-decreasing: offsets[{p + 1}] = {offsets[p + 1]} < offsets[{p}] = {offsets[p]}")
+        if indices.size != lengths.size:
+            raise ValueError(f"indices ({indices.size}) and lengths ({lengths.size}) must have one entry each per sequence")
         if offsets[-1] != indices.size:
             raise ValueError(f"offsets[-1] = {offsets[-1]} must equal the number of indices ({indices.size})")
+        if indices.size and indices.min() < 0:
+            i = int(np.flatnonzero(indices < 0)[0])
+            raise ValueError(f"indices must be sample ids >= 0, got {indices[i]} at position {i}")
         for name, value in (("offsets", offsets), ("indices", indices), ("lengths", lengths)):
             object.__setattr__(self, name, _readonly(value))
-        object.__setattr__(self, "max_sequence_length", int(self.max_sequence_length))
+        object.__setattr__(self, "max_sequence_length", as_positive_int(self.max_sequence_length, "max_sequence_length"))
+        object.__setattr__(self, "max_sequences_per_pack", as_depth(self.max_sequences_per_pack))
+
+    @classmethod
+    def _unchecked(cls, offsets, indices, lengths, max_sequence_length: int, max_sequences_per_pack) -> "Packs":
+        """Wrap arrays a kernel built from validated input (skips the O(N) checks)."""
+        self = object.__new__(cls)
+        for name, value in (("offsets", offsets), ("indices", indices), ("lengths", lengths)):
+            object.__setattr__(self, name, _readonly(value))
+        object.__setattr__(self, "max_sequence_length", int(max_sequence_length))
+        object.__setattr__(self, "max_sequences_per_pack", max_sequences_per_pack)
+        return self
 
     @classmethod
     def from_lists(cls, packs, lengths, max_sequence_length: int, max_sequences_per_pack: int | None = None) -> "Packs":
@@ -146,12 +192,16 @@ class Packs(_GroupedIds, _Figures):
         >>> Packs.from_lists([[0, 2], [1]], lengths=[3, 5, 2], max_sequence_length=5).to_list()
         [[0, 2], [1]]
         """
-        lens = np.asarray(lengths, dtype=np.int64)
-        sizes = np.array([len(p) for p in packs], dtype=np.int64)
+        lens = as_lengths(lengths, None)
+        if isinstance(packs, (str, bytes)) or not hasattr(packs, "__iter__"):
+            raise TypeError(f"packs must be a list of lists of sample ids, got {type(packs).__name__}")
+        rows = [as_int_array(p, f"packs[{k}]") for k, p in enumerate(packs)]
+        sizes = np.array([r.size for r in rows], dtype=np.int64)
         offsets = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
-        indices = np.array([i for p in packs for i in p], dtype=np.int64)
+        indices = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
         if indices.size and (indices.min() < 0 or indices.max() >= lens.size):
-            raise ValueError(f"sample ids must be in [0, {lens.size}) to index lengths")
+            bad = int(indices[(indices < 0) | (indices >= lens.size)][0])
+            raise IndexError(f"sample id {bad} is out of range: ids index lengths, so they must be in [0, {lens.size})")
         return cls(offsets, indices, lens[indices], max_sequence_length, max_sequences_per_pack)
 
     # -- sizes and quality -------------------------------------------------------------
@@ -174,11 +224,12 @@ class Packs(_GroupedIds, _Figures):
         """A new :class:`Packs` with the packs in the given order (a permutation or a subset)."""
         from ._kernels.csr import csr_take
 
-        order = np.ascontiguousarray(order, dtype=np.int64)
-        if order.ndim != 1 or (order.size and (order.min() < 0 or order.max() >= self.num_packs)):
-            raise ValueError(f"order must be a 1-D array of pack ids in [0, {self.num_packs})")
+        order = as_int_array(order, "order")
+        if order.size and (order.min() < 0 or order.max() >= self.num_packs):
+            bad = int(order[(order < 0) | (order >= self.num_packs)][0])
+            raise IndexError(f"order holds pack id {bad}, out of range for {self.num_packs} packs: ids must be in [0, {self.num_packs})")
         offsets, indices, lengths = csr_take(self.offsets, self.indices, self.lengths, order)
-        return Packs(offsets, indices, lengths, self.max_sequence_length, self.max_sequences_per_pack)
+        return Packs._unchecked(offsets, indices, lengths, self.max_sequence_length, self.max_sequences_per_pack)
 
     def shuffled(self, seed: int = 0) -> "Packs":
         """The same packs in a random order drawn from ``seed`` (reproducible everywhere)."""
@@ -198,7 +249,7 @@ class Packs(_GroupedIds, _Figures):
         if d is not None and self.num_packs and self.pack_sizes.max() > d:
             p = int(np.argmax(self.pack_sizes))
             raise ValueError(f"pack {p} holds {self.pack_sizes[p]} sequences > {d}")
-        n = self.num_sequences if num_samples is None else int(num_samples)
+        n = self.num_sequences if num_samples is None else as_nonnegative_int(num_samples, "num_samples")
         if self.indices.size != n or (n and (self.indices.min() < 0 or self.indices.max() >= n)):
             raise ValueError(f"indices are not a permutation of 0..{n - 1}")
         seen = np.bincount(self.indices, minlength=n)
@@ -248,6 +299,15 @@ class PackingPlan(_Figures):
         A proven lower bound on the number of packs for this histogram and depth, when the
         packer computed one (see :func:`packlib.optimal_pack`); ``gap`` is then
         ``num_packs - lower_bound``.
+    bound : LowerBound or None
+        The full proof behind ``lower_bound`` (with its checkable certificate), when the
+        packer computed one.
+    status : int
+        How the packer stopped, in the manner of :class:`scipy.optimize.OptimizeResult`:
+        ``0`` finished normally; other codes are documented by the packer that sets them
+        (e.g. ``1``: stopped by ``time_limit``). ``success`` is ``status == 0``.
+    message : str
+        A sentence saying how the packer stopped (empty for packers that always finish).
 
     A plan holds only real sequences, so ``plan.histogram()`` equals the histogram it was
     built from, exactly.
@@ -260,18 +320,28 @@ class PackingPlan(_Figures):
     method: str = ""
     lower_bound: int | None = None
     info: dict = field(default_factory=dict)
+    bound: object = None
+    status: int = 0
+    message: str = ""
 
     def __post_init__(self):
-        L = int(self.max_sequence_length)
-        s = np.asarray(self.strategies, dtype=np.int64)
-        c = np.asarray(self.counts, dtype=np.int64)
-        if s.ndim != 2 or c.ndim != 1 or s.shape[0] != c.shape[0]:
-            raise ValueError(f"strategies {s.shape} must be 2-D with one row per count {c.shape}")
+        L = as_positive_int(self.max_sequence_length, "max_sequence_length")
+        s = _as_strategies(self.strategies)
+        c = as_int_array(self.counts, "counts", minimum=0)
+        if s.shape[0] != c.shape[0]:
+            raise ValueError(f"strategies has {s.shape[0]} rows but counts has {c.shape[0]} entries: give one count per strategy")
         if s.size and ((s < 0).any() or (s > L).any() or (s.sum(axis=1) > L).any()):
-            raise ValueError("every strategy must hold lengths in [1, max_sequence_length] summing to at most it")
-        if (c < 0).any():
-            raise ValueError("counts must be non-negative")
+            raise ValueError("every strategy must hold lengths in [1, max_sequence_length] summing to at most it (0 pads a row)")
+        per_row = (s > 0).sum(axis=1)
+        check_total(exact_sum(c), "counts", "number of packs")
+        check_total(exact_sum(c, per_row), "counts", "number of sequences")
+        check_total(exact_sum(c, s.sum(axis=1)), "counts", "number of tokens")
         s, c = _canonical_plan(s, c)
+        object.__setattr__(self, "max_sequences_per_pack", as_depth(self.max_sequences_per_pack))
+        if self.lower_bound is not None:
+            object.__setattr__(self, "lower_bound", as_nonnegative_int(self.lower_bound, "lower_bound", maximum=None))
+        if not isinstance(self.method, str):
+            raise TypeError(f"method must be a str, got {type(self.method).__name__}")
         d = self.max_sequences_per_pack
         if d is not None and s.shape[1] > d:
             raise ValueError(f"a strategy holds {s.shape[1]} sequences > max_sequences_per_pack = {d}")
@@ -308,14 +378,28 @@ class PackingPlan(_Figures):
         return self.num_sequences * self.max_sequence_length / t if t else 1.0
 
     @property
+    def success(self) -> bool:
+        """Whether the packer finished normally (``status == 0``)."""
+        return self.status == 0
+
+    @property
     def gap(self) -> int | None:
         """Packs above the proven lower bound (``None`` when no bound was computed)."""
         return None if self.lower_bound is None else self.num_packs - int(self.lower_bound)
 
     @property
-    def depth(self) -> int:
-        """The most sequences any pack of the plan holds."""
+    def max_pack_size(self) -> int:
+        """The most sequences any pack of the plan holds (at most ``max_sequences_per_pack``)."""
         return self.strategies.shape[1]
+
+    @property
+    def depth(self) -> int:
+        """Deprecated: the most sequences any pack holds; use :attr:`max_pack_size`.
+        ("Depth" elsewhere in packlib means the limit, ``max_sequences_per_pack``.)"""
+        warnings.warn("PackingPlan.depth is deprecated: it is the widest strategy, not the depth limit; "
+                      "use plan.max_pack_size (or plan.max_sequences_per_pack for the limit)",
+                      DeprecationWarning, stacklevel=2)
+        return self.max_pack_size
 
     def histogram(self) -> np.ndarray:
         """The length histogram this plan packs (int64, length ``L``)."""
@@ -351,7 +435,7 @@ class PackingPlan(_Figures):
                 "build the plan from histogram(lengths, max_sequence_length)"
             )
         offsets, indices, out_lengths = assign_plan(self.strategies, self.counts, lens, L, seed_to_int64(as_seed(seed)))
-        return Packs(offsets, indices, out_lengths, L, self.max_sequences_per_pack)
+        return Packs._unchecked(offsets, indices, out_lengths, L, self.max_sequences_per_pack)
 
     # -- export -------------------------------------------------------------------------
     def top_strategies(self, k: int = 8) -> list[tuple[list[int], int]]:
@@ -396,12 +480,18 @@ class PackingPlan(_Figures):
     def from_dict(cls, d: dict) -> "PackingPlan":
         """Rebuild a plan from :meth:`to_dict` output (or any dict with ``strategies`` and
         ``repeat_counts``, such as the reference packers' outputs)."""
-        L = int(d["max_sequence_length"])
+        if not isinstance(d, dict):
+            raise TypeError(f"from_dict takes a dict (e.g. json.load of to_dict's output), got {type(d).__name__}")
+        missing = [k for k in ("max_sequence_length", "strategies", "repeat_counts") if k not in d]
+        if missing:
+            raise ValueError(f"plan dict lacks {', '.join(missing)}: give to_dict()'s output or the reference packers' JSON")
+        L = as_positive_int(d["max_sequence_length"], "max_sequence_length")
         depth = d.get("max_sequences_per_pack")
-        depth = None if depth in (None, "max") else int(depth)
+        depth = None if depth in (None, "max") else as_positive_int(depth, "max_sequences_per_pack")
         strategies = _pad_rows(d["strategies"])
-        return cls(strategies, np.asarray(d["repeat_counts"], dtype=np.int64), L, depth,
-                   method=str(d.get("method", d.get("algo", ""))), lower_bound=d.get("lower_bound"))
+        method = d.get("method", d.get("algo", ""))
+        return cls(strategies, as_int_array(d["repeat_counts"], "repeat_counts"), L, depth,
+                   method=_registry_name(method), lower_bound=d.get("lower_bound"))
 
     def report(self, top: int = 5) -> str:
         """The packing report: efficiency, speed-up against its limit, top strategies."""
@@ -459,8 +549,32 @@ def _weighted_bincount(values: np.ndarray, weights: np.ndarray, size: int) -> np
     return out
 
 
+def _registry_name(method) -> str:
+    """A stored method name, in the registry's spelling when it has one ("nnlshp" -> "nnls")."""
+    if not isinstance(method, str):
+        raise TypeError(f"method must be a str, got {type(method).__name__}")
+    from . import methods
+
+    try:
+        return methods.get(method).name
+    except ValueError:
+        return method  # a custom or foreign packer's name is kept as given
+
+
+def _as_strategies(strategies) -> np.ndarray:
+    """A 2-D int64 array of strategies (rows zero-padded), exact integers only."""
+    arr = np.asarray(strategies) if not isinstance(strategies, np.ndarray) else strategies
+    if arr.ndim != 2:
+        raise ValueError(f"strategies must be 2-D (one zero-padded row per strategy), got shape {arr.shape}")
+    flat = as_int_array(arr.reshape(-1), "strategies")
+    return flat.reshape(arr.shape)
+
+
 def _pad_rows(rows) -> np.ndarray:
-    rows = [sorted((int(x) for x in r if int(x) > 0), reverse=True) for r in rows]
+    if isinstance(rows, (str, bytes)) or not hasattr(rows, "__iter__"):
+        raise TypeError(f"strategies must be a list of lists of lengths, got {type(rows).__name__}")
+    rows = [as_int_array(r, f"strategies[{k}]", minimum=0) for k, r in enumerate(rows)]
+    rows = [sorted((int(x) for x in r if x > 0), reverse=True) for r in rows]
     width = max((len(r) for r in rows), default=0)
     out = np.zeros((len(rows), width), dtype=np.int64)
     for i, r in enumerate(rows):
@@ -511,9 +625,42 @@ def histogram(lengths, max_sequence_length: int) -> np.ndarray:
     return np.bincount(lens, minlength=L + 1)[1:].astype(np.int64, copy=False)
 
 
+def histogram_signature(packer):
+    """Give a histogram packer the house signature ``(histogram, max_sequence_length=None,
+    max_sequences_per_pack=3, *, ...)`` while keeping the 0.1 spelling working for one
+    release: ``packer(h, 3)`` and ``packer(h, None)`` passed the depth second. A lone second
+    positional argument that is ``None`` or shorter than the histogram cannot be a capacity,
+    so it is read as that old depth, with a ``DeprecationWarning``."""
+
+    @functools.wraps(packer)
+    def wrapper(histogram, *args, **kwargs):
+        if len(args) == 1 and "max_sequences_per_pack" not in kwargs:
+            second = args[0]
+            size = np.shape(histogram)[0] if np.ndim(histogram) == 1 else None
+            # with max_sequence_length also given by keyword, the positional one can only be the depth
+            if "max_sequence_length" in kwargs or second is None or (
+                isinstance(second, (int, np.integer)) and not isinstance(second, bool) and size is not None and second < size
+            ):
+                warnings.warn(
+                    f"{packer.__name__}(histogram, {second!r}) passes the depth limit second, the 0.1 spelling; "
+                    f"the second argument is now max_sequence_length: write "
+                    f"{packer.__name__}(histogram, max_sequences_per_pack={second!r})",
+                    DeprecationWarning,
+                    stacklevel=2,
+                )
+                return packer(histogram, max_sequences_per_pack=second, **kwargs)
+        return packer(histogram, *args, **kwargs)
+
+    return wrapper
+
+
 def _histogram_args(hist, max_sequence_length, max_sequences_per_pack):
     h = as_histogram(hist)
-    L = h.size if max_sequence_length is None else as_positive_int(max_sequence_length, "max_sequence_length")
+    if h.size > MAX_HISTOGRAM_LENGTH:
+        raise ValueError(f"histogram has {h.size:,} lengths, above the supported {MAX_HISTOGRAM_LENGTH:,}; "
+                         "pack sequences that long per sequence (bfd_pack / ffd_pack)")
+    L = h.size if max_sequence_length is None else as_positive_int(max_sequence_length, "max_sequence_length",
+                                                                    maximum=MAX_HISTOGRAM_LENGTH)
     if L < h.size:
         nz = np.flatnonzero(h[L:])
         if nz.size:
@@ -531,7 +678,8 @@ def _plan_from_kernel(strategies, counts, L, depth, method, **info) -> PackingPl
     return PackingPlan(strategies, counts, L, depth, method=method, info=info)
 
 
-def spfhp_pack(histogram, max_sequences_per_pack: int | None = 3, *, max_sequence_length: int | None = None) -> PackingPlan:
+@histogram_signature
+def spfhp_pack(histogram, max_sequence_length: int | None = None, max_sequences_per_pack: int | None = 3) -> PackingPlan:
     """Shortest-pack-first histogram packing (SPFHP; Krell et al., 2021).
 
     Lengths are placed longest first; each goes into the open pack with the *most* room
@@ -543,14 +691,22 @@ def spfhp_pack(histogram, max_sequences_per_pack: int | None = 3, *, max_sequenc
     ----------
     histogram : array_like of int, shape ``(L,)``
         ``histogram[i]`` = number of sequences of length ``i + 1``.
-    max_sequences_per_pack : int or None, default 3
-        Depth limit; ``None`` for unlimited.
     max_sequence_length : int, optional
         Pack capacity; defaults to ``len(histogram)``.
+    max_sequences_per_pack : int or None, default 3
+        Depth limit; ``None`` for unlimited. (Histogram packers default to the paper's 3:
+        NNLSHP's work grows with the depth, and attention cost with sequences per row.)
 
     Returns
     -------
     PackingPlan
+
+    Examples
+    --------
+    >>> import packlib
+    >>> plan = packlib.spfhp_pack([0, 2, 1, 1, 0, 2], max_sequences_per_pack=2)
+    >>> plan.num_packs, plan.top_strategies(2)
+    (4, [([6], 2), ([4, 2], 1)])
     """
     from ._kernels.greedy import spfhp
 
@@ -559,7 +715,8 @@ def spfhp_pack(histogram, max_sequences_per_pack: int | None = 3, *, max_sequenc
     return _plan_from_kernel(strategies, counts, L, depth, "spfhp")
 
 
-def lpfhp_pack(histogram, max_sequences_per_pack: int | None = 3, *, max_sequence_length: int | None = None) -> PackingPlan:
+@histogram_signature
+def lpfhp_pack(histogram, max_sequence_length: int | None = None, max_sequences_per_pack: int | None = 3) -> PackingPlan:
     """Longest-pack-first histogram packing (LPFHP; Krell et al., 2021).
 
     Like :func:`spfhp_pack`, but each length goes into the open pack with the *least*
@@ -575,11 +732,12 @@ def lpfhp_pack(histogram, max_sequences_per_pack: int | None = 3, *, max_sequenc
     return _plan_from_kernel(strategies, counts, L, depth, "lpfhp")
 
 
+@histogram_signature
 def nnls_pack(
     histogram,
+    max_sequence_length: int | None = None,
     max_sequences_per_pack: int | None = 3,
     *,
-    max_sequence_length: int | None = None,
     max_iterations: int = 20,
     short_length_cutoff: int = 8,
     repair: bool = True,
@@ -609,7 +767,7 @@ def nnls_pack(
 
     Parameters
     ----------
-    histogram, max_sequences_per_pack, max_sequence_length
+    histogram, max_sequence_length, max_sequences_per_pack
         As for :func:`spfhp_pack`.
     max_iterations : int, default 20
         Most NNLS solves (the MLPerf scripts' limit); iteration stops earlier when fewer
@@ -627,15 +785,16 @@ def nnls_pack(
     from ._kernels.nnls import nnls_histogram_pack, repack_underfilled
 
     h, L, depth = _histogram_args(histogram, max_sequence_length, max_sequences_per_pack)
-    max_iterations = as_positive_int(max_iterations, "max_iterations")
-    cutoff = min(int(short_length_cutoff), L)
+    max_iterations = as_positive_int(max_iterations, "max_iterations", maximum=10**6)
+    cutoff = min(as_nonnegative_int(short_length_cutoff, "short_length_cutoff"), L)
+    repair = as_bool(repair, "repair")
     weights = np.ones(L)
     weights[:cutoff] = cutoff / (2.0 * L)
     kernel_depth = L if depth is None else depth
     strategies, counts, iterations = nnls_histogram_pack(h, L, kernel_depth, np.sqrt(weights), max_iterations)
     if repair:
         strategies, counts = repack_underfilled(strategies, counts, L, kernel_depth)
-    return _plan_from_kernel(strategies, counts, L, depth, "nnlshp", iterations=int(iterations))
+    return _plan_from_kernel(strategies, counts, L, depth, "nnls", iterations=int(iterations))
 
 
 def _per_sequence(lengths, max_sequence_length, max_sequences_per_pack, kernel_name: str) -> Packs:
@@ -644,8 +803,18 @@ def _per_sequence(lengths, max_sequence_length, max_sequences_per_pack, kernel_n
     L = as_positive_int(max_sequence_length, "max_sequence_length")
     lens = as_lengths(lengths, L)
     depth = as_depth(max_sequences_per_pack)
-    offsets, indices = getattr(binpack, kernel_name)(lens, L, L if depth is None else depth)
-    return Packs(offsets, indices, lens[indices], L, depth)
+    # A capacity above the total never binds: both packers then place exactly as they would
+    # with capacity = total, so the kernels get that (their structures are O(capacity)).
+    kernel_L = max(1, min(L, exact_sum(lens)))
+    limit = MAX_FFD_LENGTH if kernel_name == "ffd" else MAX_BFD_LENGTH
+    if kernel_L > limit:
+        raise ValueError(
+            f"max_sequence_length = {L:,} with {exact_sum(lens):,} tokens is above what {kernel_name}_pack supports "
+            f"({limit:,}); " + ("use ffd_pack" if kernel_name == "bfd" else "split the sequences")
+        )
+    kernel_depth = kernel_L if depth is None else min(depth, kernel_L)
+    offsets, indices = getattr(binpack, kernel_name)(lens, kernel_L, kernel_depth)
+    return Packs._unchecked(offsets, indices, lens[indices], L, depth)
 
 
 def ffd_pack(lengths, max_sequence_length: int, max_sequences_per_pack: int | None = None) -> Packs:

@@ -16,7 +16,7 @@ def test_compare_table():
         (m, d) for d in (2, None) for m in ("spfhp", "lpfhp", "nnls")
     ]
     for r in table:
-        plan = getattr(packlib, f"{r.method}_pack")(SMALL, r.depth)
+        plan = getattr(packlib, f"{r.method}_pack")(SMALL, max_sequences_per_pack=r.depth)
         assert r.packs == plan.num_packs and r.efficiency == pytest.approx(plan.efficiency)
         assert r.seconds >= 0
     md = table.to_markdown()
@@ -24,13 +24,38 @@ def test_compare_table():
     assert "<table>" in table._repr_html_()
     assert table.best().packs == min(r.packs for r in table)
     assert table.to_records()[0]["method"] == "spfhp"
+
+
+def test_compare_to_pandas():
     pd = pytest.importorskip("pandas")
-    assert isinstance(table.to_pandas(), pd.DataFrame)
+    table = packlib.compare(SMALL, max_sequences_per_pack=3, methods="lpfhp")
+    assert isinstance(table.to_pandas(), pd.DataFrame) and len(table.to_pandas()) == 1
 
 
 def test_compare_rejects_unknown_method():
-    with pytest.raises(ValueError, match="unknown method 'ffd'; choose from spfhp, lpfhp, nnls"):
+    with pytest.raises(ValueError, match="unknown histogram method 'ffd'; choose from spfhp, lpfhp, nnls, optimal"):
         packlib.compare(SMALL, methods=["ffd"])
+    with pytest.raises(ValueError, match="unknown histogram method 'sp'"):
+        packlib.compare(SMALL, methods="sp")
+
+
+@pytest.mark.parametrize("method", packlib.methods.names("histogram"))
+def test_every_plan_method_is_accepted_by_compare(method):
+    plan = packlib.methods.get(method).function(SMALL, max_sequences_per_pack=3)
+    assert plan.method == method
+    row = packlib.compare(SMALL, max_sequences_per_pack=3, methods=[plan.method], warmup=False).best(depth=3)
+    assert row.method == method and row.packs == plan.num_packs
+
+
+def test_compare_takes_one_depth_or_several():
+    one = packlib.compare(SMALL, max_sequences_per_pack=3, methods="spfhp")
+    assert [r.depth for r in one] == [3]
+    both = packlib.compare(SMALL, max_sequences_per_pack=[3, None], methods="spfhp")
+    assert [r.depth for r in both] == [3, None]
+    with pytest.raises(ValueError, match="no rows at depth 5"):
+        one.best(depth=5)
+    with pytest.raises(TypeError, match="max_sequences_per_pack"):
+        packlib.compare(SMALL, max_sequences_per_pack=2.5)
 
 
 def test_html_reprs():
@@ -99,3 +124,34 @@ def test_cli_reports_bad_input(tmp_path, capsys):
     path.write_text("1\nabc\n")
     assert cli.main(["pack", "--histogram", str(path)]) == 2
     assert "h.txt:2" in capsys.readouterr().err
+    path.write_text(f"1\n{2**64}\n")
+    assert cli.main(["pack", "--histogram", str(path)]) == 2
+    assert "outside [0, 2**63)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["pack", "--histogram", "{tmp}/missing.txt"], "No such file or directory"),
+        (["pack", "--histogram", "{tmp}/h.txt", "-o", "{tmp}/h.txt/plan.json"], "Not a directory"),
+        (["pack", "--histogram", "{tmp}"], "Is a directory"),
+        (["pack", "--histogram", "{tmp}/bad.npy"], "not a readable .npy"),
+        (["pack", "--histogram", "{tmp}/empty.txt"], "no counts found"),
+    ],
+)
+def test_cli_file_failures_are_one_line(tmp_path, capsys, argv, message):
+    (tmp_path / "h.txt").write_text("1\n2\n3\n")
+    (tmp_path / "bad.npy").write_bytes(b"\x93NUMPY garbage")
+    (tmp_path / "empty.txt").write_text("# nothing\n")
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and "Traceback" not in err and err.count("\n") == 1
+    with pytest.raises(Exception):
+        cli.main(["--debug"] + argv)
+
+
+def test_cli_refuses_a_negative_seed(capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["demo", "--seed", "-1"])
+    assert exc.value.code == 2 and "must be in [0, 2**64)" in capsys.readouterr().err

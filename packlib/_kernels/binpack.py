@@ -15,7 +15,8 @@ from .csr import csr_from_assignment
 
 @jit
 def decreasing_order(lengths, L):
-    """Item ids sorted by length, longest first, ties by id (stable counting sort)."""
+    """Item ids sorted by length, longest first, ties by id (stable counting sort over
+    ``1..L``; the caller passes the longest length as ``L`` so the counts stay small)."""
     counts = np.zeros(L + 2, np.int64)
     for i in range(lengths.size):
         counts[L - lengths[i] + 1] += 1
@@ -40,7 +41,7 @@ def _pow2_at_least(n):
 @jit
 def ffd(lengths, L, depth):
     n = lengths.size
-    order = decreasing_order(lengths, L)
+    order = decreasing_order(lengths, lengths.max() if n else 0)
     size = _pow2_at_least(max(n, 1))
     tree = np.full(2 * size, L, np.int32)  # unopened packs are empty packs: free = L
     fill = np.zeros(size, np.int32)  # sequences per pack
@@ -99,7 +100,7 @@ def _set_present(present, size, i, value):
 @jit
 def bfd(lengths, L, depth):
     n = lengths.size
-    order = decreasing_order(lengths, L)
+    order = decreasing_order(lengths, lengths.max() if n else 0)
     size = _pow2_at_least(L + 1)
     present = np.zeros(2 * size, np.bool_)
     head = np.full(L + 1, -1, np.int64)  # bucket of packs by free space, LIFO

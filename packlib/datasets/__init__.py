@@ -18,17 +18,31 @@ def load_histogram(path) -> np.ndarray:
 
     path = str(path)
     if path.endswith(".npy"):
-        return as_histogram(np.load(path, allow_pickle=False))
-    with open(path, encoding="utf-8") as f:
-        rows = [line.split("#", 1)[0].strip() for line in f]
+        try:
+            arr = np.load(path, allow_pickle=False)
+        except ValueError as exc:  # corrupt, truncated or pickled .npy
+            raise ValueError(f"{path}: not a readable .npy array ({exc}); save it with numpy.save") from None
+        return as_histogram(arr, name=f"histogram in {path}")
+    try:
+        with open(path, encoding="utf-8") as f:
+            rows = [line.split("#", 1)[0].strip() for line in f]
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not a text file; give one count per line, or a .npy array") from None
     values = []
     for lineno, row in enumerate(rows, 1):
         if not row:
             continue
         try:
-            values.append(int(row))
+            value = int(row)
         except ValueError:
             raise ValueError(f"{path}:{lineno}: expected one whole-number count per line, got {row!r}") from None
+        if value < 0:
+            raise ValueError(f"{path}:{lineno}: counts must be non-negative, got {value}")
+        if value >= 2**63:
+            raise ValueError(f"{path}:{lineno}: count {value} is outside [0, 2**63)")
+        values.append(value)
+    if not values:
+        raise ValueError(f"{path}: no counts found; give one count per line (line i = length i+1)")
     return as_histogram(np.array(values, dtype=np.int64), name=f"histogram in {path}")
 
 

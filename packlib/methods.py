@@ -1,0 +1,135 @@
+"""The one registry of packing methods, and :func:`pack`, which packs lengths with any of them.
+
+Every place that takes a method by name (:func:`packlib.compare`, the command line, the
+format adapters, the pipeline, :func:`packlib.optimal_pack`'s heuristics) looks it up here,
+so a name means the same packer everywhere, and ``plan.method`` is always a name this
+registry accepts.
+
+>>> import packlib
+>>> packlib.methods.names()
+('spfhp', 'lpfhp', 'nnls', 'optimal', 'ffd', 'bfd')
+>>> packlib.methods.get("nnlshp").name          # the paper's spelling is an alias
+'nnls'
+>>> packs = packlib.pack([5, 3, 2, 4, 1], 6, method="bfd")
+>>> packs.to_list()
+[[0, 4], [3, 2], [1]]
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import import_module
+from typing import Callable
+
+__all__ = ["Method", "get", "names", "pack"]
+
+
+@dataclass(frozen=True)
+class Method:
+    """One packing method.
+
+    Attributes
+    ----------
+    name : str
+        The registry name (what ``plan.method`` holds).
+    kind : str
+        ``"histogram"``: packs a length histogram into a :class:`~packlib.PackingPlan`
+        (``packer(histogram, max_sequences_per_pack)``); ``"sequence"``: packs a list of
+        lengths into :class:`~packlib.Packs` (``packer(lengths, max_sequence_length,
+        max_sequences_per_pack)``).
+    summary : str
+        One line for tables and ``--help``.
+    """
+
+    name: str
+    kind: str
+    summary: str
+    _module: str
+    _function: str
+
+    @property
+    def function(self) -> Callable:
+        """The public packing function."""
+        return getattr(import_module(f".{self._module}", __package__), self._function)
+
+
+_METHODS = {
+    m.name: m
+    for m in (
+        Method("spfhp", "histogram", "shortest-pack-first histogram packing (Krell et al., 2021)", "packing", "spfhp_pack"),
+        Method("lpfhp", "histogram", "longest-pack-first histogram packing (Krell et al., 2021)", "packing", "lpfhp_pack"),
+        Method("nnls", "histogram", "non-negative least-squares histogram packing (NNLSHP)", "packing", "nnls_pack"),
+        Method("optimal", "histogram", "near-optimal histogram packing with a proven lower bound", "optimal", "optimal_pack"),
+        Method("ffd", "sequence", "first-fit decreasing, per sequence", "packing", "ffd_pack"),
+        Method("bfd", "sequence", "best-fit decreasing, per sequence", "packing", "bfd_pack"),
+    )
+}
+# other spellings users may know; each maps to exactly one registry name
+_ALIASES = {"nnlshp": "nnls"}
+
+
+def names(kind: str | None = None) -> tuple[str, ...]:
+    """Registry names, optionally only those of one ``kind`` (``"histogram"`` or ``"sequence"``)."""
+    if kind is not None and kind not in ("histogram", "sequence"):
+        raise ValueError(f"kind must be 'histogram', 'sequence' or None, got {kind!r}")
+    return tuple(n for n, m in _METHODS.items() if kind is None or m.kind == kind)
+
+
+def get(name, *, kind: str | None = None) -> Method:
+    """The :class:`Method` called ``name`` (or one of its aliases).
+
+    Raises ``TypeError`` if ``name`` is not a string, ``ValueError`` if no method (of the
+    requested ``kind``) has that name, listing the names there are.
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"method must be a method name (str), got {type(name).__name__} {name!r}; "
+                        f"choose from {', '.join(names(kind))}")
+    method = _METHODS.get(_ALIASES.get(name.lower(), name.lower()))
+    if method is None or (kind is not None and method.kind != kind):
+        what = "method" if kind is None else f"{kind} method"
+        raise ValueError(f"unknown {what} {name!r}; choose from {', '.join(names(kind))}")
+    return method
+
+
+def pack(lengths, max_sequence_length, max_sequences_per_pack=None, *, method: str = "bfd", seed: int = 0):
+    """Pack sequences of the given lengths with any registered method; returns :class:`~packlib.Packs`.
+
+    Sequence methods (``"bfd"``, ``"ffd"``) pack the lengths directly. Histogram methods
+    (``"nnls"``, ``"optimal"``, ``"lpfhp"``, ``"spfhp"``) pack their histogram into a plan,
+    which is then assigned sample ids (:meth:`~packlib.PackingPlan.assign`, from ``seed``).
+    Either way the same lengths, arguments and seed give the same packs.
+
+    Parameters
+    ----------
+    lengths : array_like of int
+        Length of each sample, in ``[1, max_sequence_length]``; sample ids are positions.
+    max_sequence_length : int
+        Pack capacity in tokens.
+    max_sequences_per_pack : int or None, default None
+        Depth limit; ``None`` for unlimited.
+    method : str, default "bfd"
+        A name from :func:`names`.
+    seed : int, default 0
+        Which equal-length sample goes to which pack (histogram methods only).
+
+    Returns
+    -------
+    Packs
+
+    Examples
+    --------
+    >>> import packlib
+    >>> packlib.pack([5, 3, 2, 4, 1], 6, 2, method="lpfhp").pack_sizes.tolist()
+    [2, 2, 1]
+    """
+    from ._validate import as_depth, as_lengths, as_positive_int, as_seed
+    from .packing import histogram
+
+    m = get(method)
+    L = as_positive_int(max_sequence_length, "max_sequence_length")
+    lens = as_lengths(lengths, L)
+    depth = as_depth(max_sequences_per_pack)
+    seed = as_seed(seed)
+    if m.kind == "sequence":
+        return m.function(lens, L, depth)
+    plan = m.function(histogram(lens, L), depth)
+    return plan.assign(lens, seed=seed)
