@@ -116,7 +116,7 @@ def test_empty_and_invalid():
     assert d["e"].dtype == np.float32 and d["i"].dtype == np.int64 and d["e"].size == d["i"].size == 0
     with pytest.raises(ValueError, match="not a valid tf.train.Example"):
         decode_example(b"\x0a\x05\x0a")
-    with pytest.raises(ValueError, match="cannot encode"):
+    with pytest.raises(TypeError, match="cannot encode"):
         encode_example({"x": np.array(["a"], dtype=object)})
 
 

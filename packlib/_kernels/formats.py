@@ -35,7 +35,9 @@ def scan_frames(buf, tables):
     """Split a TFRecord stream into records, checking the framing and the length CRCs.
 
     Returns ``(starts, stops, error, error_record, error_offset)``: data of record ``i`` is
-    ``buf[starts[i]:stops[i]]``, its stored masked data CRC follows at ``stops[i]``.
+    ``buf[starts[i]:stops[i]]``, its stored masked data CRC follows at ``stops[i]``. Every
+    record, the last included, is checked to lie whole inside ``buf`` (header, data and
+    data CRC), in signed arithmetic on the bytes left, so no declared length can wrap.
     """
     n = buf.size
     cap = 16
@@ -45,7 +47,8 @@ def scan_frames(buf, tables):
     k = 0
     err = OK
     while pos < n:
-        if pos + 12 > n:
+        left = n - pos
+        if left < 12:
             err = TRUNCATED_HEADER
             break
         length = np.uint64(0)
@@ -57,7 +60,7 @@ def scan_frames(buf, tables):
         if _mask(crc32c_update(np.uint32(0), buf, pos, pos + 8, tables)) != stored:
             err = BAD_LENGTH_CRC
             break
-        if length > np.uint64(n - pos - 16):
+        if left < 16 or length > np.uint64(left - 16):
             err = TRUNCATED_DATA
             break
         if k == cap:

@@ -21,6 +21,8 @@ from typing import Mapping
 
 import numpy as np
 
+from .._validate import as_choice, as_int_array, as_nonnegative_int
+
 __all__ = ["encode_example", "decode_example", "Schema"]
 
 
@@ -122,27 +124,58 @@ def _len_delim(field: int, payload: bytes) -> bytes:
 # --------------------------------------------------------------------------------------
 # one record
 # --------------------------------------------------------------------------------------
+_F32_MAX = float(np.finfo(np.float32).max)
+
+
 def _encode_feature(name: str, value) -> bytes:
     if isinstance(value, (bytes, str)):
         value = [value]
     if isinstance(value, (list, tuple)) and value and isinstance(value[0], (bytes, str)):
-        items = [v.encode() if isinstance(v, str) else bytes(v) for v in value]
+        items = []
+        for v in value:
+            if isinstance(v, str):
+                items.append(v.encode())
+            elif isinstance(v, (bytes, bytearray)):
+                items.append(bytes(v))
+            else:
+                raise TypeError(
+                    f"feature {name!r}: a bytes_list must hold only bytes or str, got {type(v).__name__} {v!r:.40}"
+                )
         body = b"".join(_len_delim(1, v) for v in items)
         return _len_delim(1, body)
-    arr = np.zeros(0, dtype=np.int64) if isinstance(value, (list, tuple)) and not value else np.asarray(value)
+    if isinstance(value, (dict, set)) or value is None:
+        raise TypeError(f"feature {name!r}: cannot encode {type(value).__name__}; give ints, floats or bytes")
+    try:
+        arr = np.zeros(0, dtype=np.int64) if isinstance(value, (list, tuple)) and not value else np.asarray(value)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"feature {name!r}: not a 1-D list of numbers ({exc})") from None
     if arr.ndim > 1:
         raise ValueError(f"feature {name!r} must be 1-D, got shape {arr.shape}")
     arr = arr.reshape(-1)
     kind = arr.dtype.kind
     if kind == "f":
+        finite = np.abs(arr[np.isfinite(arr)])
+        if finite.size and finite.max() > _F32_MAX:
+            raise ValueError(
+                f"feature {name!r} has a value ({finite.max():g}) beyond float32's range: float_list stores float32"
+            )
         body = _len_delim(1, arr.astype("<f4").tobytes()) if arr.size else b""
         return _len_delim(2, body)
-    if kind in "iub":
+    if kind == "b":
+        raise TypeError(f"feature {name!r} holds booleans; convert with .astype(np.int64) for an int64_list")
+    if kind in "iu":
         if kind == "u" and arr.size and arr.max() > np.iinfo(np.int64).max:
             raise ValueError(f"feature {name!r} has values above 2**63-1")
         body = _len_delim(1, _encode_varints(arr.astype(np.int64))) if arr.size else b""
         return _len_delim(3, body)
-    raise ValueError(f"feature {name!r}: cannot encode dtype {arr.dtype}; give ints, floats or bytes")
+    if kind == "O":  # Python ints beyond int64, or mixed objects
+        try:
+            arr = as_int_array(arr, f"feature {name!r}")
+        except TypeError as exc:
+            raise TypeError(f"{exc}: cannot encode it; give ints, floats or bytes") from None
+        body = _len_delim(1, _encode_varints(arr)) if arr.size else b""
+        return _len_delim(3, body)
+    raise TypeError(f"feature {name!r}: cannot encode dtype {arr.dtype}; give ints, floats or bytes")
 
 
 def encode_example(features: Mapping[str, object]) -> bytes:
@@ -160,10 +193,13 @@ def encode_example(features: Mapping[str, object]) -> bytes:
     bytes
         Keys in sorted order: the same features give the same bytes.
     """
+    if not isinstance(features, Mapping):
+        raise TypeError(f"features must be a mapping of name -> values, got {type(features).__name__}")
+    for name in features:
+        if not isinstance(name, str):
+            raise TypeError(f"feature names must be str, got {type(name).__name__} {name!r}")
     entries = []
     for name in sorted(features):
-        if not isinstance(name, str):
-            raise ValueError(f"feature names must be str, got {name!r}")
         feature = _encode_feature(name, features[name])
         entries.append(_len_delim(1, _len_delim(1, name.encode()) + _len_delim(2, feature)))
     return _len_delim(1, b"".join(entries)) if entries else b""  # as protobuf: unset when empty
@@ -194,8 +230,10 @@ def _decode_list(buf: bytes, start: int, stop: int, kind: int):
     return np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype=dtype)
 
 
-def decode_example(data) -> dict:
+def decode_example(data, *, path: str | None = None, record: int | None = None) -> dict:
     """Parse a serialised ``tf.train.Example``.
+
+    ``path`` and ``record`` (optional) name where ``data`` comes from in error messages.
 
     Returns
     -------
@@ -209,7 +247,12 @@ def decode_example(data) -> dict:
     ValueError
         If the bytes are not a well-formed Example.
     """
-    buf = bytes(data)
+    from .tfrecord import _as_bytes
+
+    buf = _as_bytes(data, "data").tobytes()
+    where = ""
+    if path is not None or record is not None:
+        where = f"{path if path is not None else '<records>'}: " + (f"record {record}: " if record is not None else "")
     out = {}
     try:
         for f, w, v in _fields(buf, 0, len(buf)):
@@ -231,11 +274,31 @@ def decode_example(data) -> dict:
                         if f4 in (1, 2, 3) and w4 == 2:
                             result = _decode_list(buf, v4[0], v4[1], f4)
                 out[name] = result
-    except ValueError as exc:
-        raise ValueError(f"not a valid tf.train.Example: {exc}") from None
     except UnicodeDecodeError:
-        raise ValueError("not a valid tf.train.Example: feature name is not UTF-8") from None
+        raise ValueError(f"{where}not a valid tf.train.Example: feature name is not UTF-8") from None
+    except ValueError as exc:
+        raise ValueError(f"{where}not a valid tf.train.Example: {exc}") from None
     return dict(sorted(out.items()))
+
+
+def _as_matrix(values, name: str, dtype) -> np.ndarray:
+    """A 2-D C-contiguous matrix of ``dtype`` (int64: integers, or whole floats, never
+    rounded; float32: real numbers). Booleans and non-numbers are a ``TypeError``.
+
+    # TODO(lead): move to _validate (a 2-D sibling of as_int_array / as_float_array)
+    """
+    try:
+        arr = np.asarray(values)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{name} must be a 2-D array of numbers: {exc}") from None
+    if arr.ndim != 2:
+        raise ValueError(f"{name} must be a 2-D array (rows x columns), got shape {arr.shape}")
+    if arr.dtype.kind == "b" or arr.dtype.kind not in "iuf":
+        raise TypeError(f"{name} must hold numbers, got dtype {arr.dtype}")
+    if dtype == np.int64:
+        flat = as_int_array(arr.reshape(-1), name)  # exact: no rounding, no wrap-around
+        return flat.reshape(arr.shape)
+    return np.ascontiguousarray(arr, dtype=dtype)
 
 
 # --------------------------------------------------------------------------------------
@@ -270,14 +333,20 @@ class Schema:
     @classmethod
     def of(cls, spec: Mapping[str, tuple]) -> "Schema":
         """Build a schema from ``{name: ("int64" | "float", length)}`` (keys get sorted)."""
+        if not isinstance(spec, Mapping):
+            raise TypeError(f"spec must be a mapping {{name: (kind, length)}}, got {type(spec).__name__}")
+        for n in spec:
+            if not isinstance(n, str):
+                raise TypeError(f"feature names must be str, got {type(n).__name__} {n!r}")
         names = tuple(sorted(spec))
         kinds, widths = [], []
         for n in names:
-            kind, width = spec[n]
-            if kind not in ("int64", "float"):
-                raise ValueError(f"feature {n!r}: kind must be 'int64' or 'float', got {kind!r}")
-            kinds.append(kind)
-            widths.append(int(width))
+            entry = spec[n]
+            if not isinstance(entry, (tuple, list)) or len(entry) != 2:
+                raise TypeError(f"feature {n!r}: give (kind, length), e.g. ('int64', 128), got {entry!r}")
+            kind, width = entry
+            kinds.append(as_choice(kind, f"feature {n!r}: kind", ("int64", "float")))
+            widths.append(as_nonnegative_int(width, f"feature {n!r}: length", maximum=2**31 - 1))
         return cls(names, tuple(kinds), tuple(widths))
 
     def _arrays(self):
@@ -321,8 +390,8 @@ class Schema:
         from .._kernels.formats import encode_examples
 
         keys, key_offsets, kinds, widths, cols, ni, nf = self._arrays()
-        ints = np.ascontiguousarray(ints, dtype=np.int64)
-        floats = np.ascontiguousarray(floats, dtype=np.float32)
+        ints = _as_matrix(ints, "ints", np.int64)
+        floats = _as_matrix(floats, "floats", np.float32)
         n = ints.shape[0] if ints.ndim == 2 else -1
         if ints.shape != (n, ni) or floats.shape != (n, nf):
             raise ValueError(f"need ints of shape (n, {ni}) and floats of shape (n, {nf}), got {ints.shape} and {floats.shape}")
@@ -344,12 +413,15 @@ class Schema:
         keys, key_offsets, kinds, widths, cols, ni, nf = self._arrays()
         ints, fbits, err, rec, feat = decode_examples(records.data, records.starts, records.stops, keys, key_offsets, kinds, widths, cols, ni, nf)
         if err:
-            where = f"{records.path or path or '<records>'}: record {rec}"
+            name = records.path or path or "<records>"
+            where = f"{name}: record {rec}"
             what = _ERRORS.get(int(err), "is invalid")
+            if err == 4:
+                what += " (not a tf.train.Example)"
             if feat >= 0:
                 what += f" (feature {self.names[feat]!r}, expected {self.kinds[feat]} x {self.widths[feat]})"
             elif err == 5:
-                got = sorted(decode_example(records[int(rec)]))
+                got = sorted(decode_example(records[int(rec)], path=name, record=int(rec)))
                 what += f" (it has {got}; the schema has {list(self.names)})"
             raise ValueError(f"{where} {what}")
         return ints, fbits.view(np.float32)

@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import gzip
 import os
+import zlib
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
 import numpy as np
+
+from .._validate import as_bool, as_choice, as_int_array
 
 __all__ = [
     "crc32c",
@@ -59,8 +62,7 @@ def crc_backend(name: str = "auto"):
     """Return ``(name, function)`` for a CRC-32C backend: ``"c"`` (the ``crc32c`` or
     ``google-crc32c`` package), ``"numba"`` (the built-in kernel) or ``"auto"`` (C if
     installed, else numba)."""
-    if name not in ("auto", "c", "numba"):
-        raise ValueError(f"crc backend must be 'auto', 'c' or 'numba', got {name!r}")
+    name = as_choice(name, "crc", ("auto", "c", "numba"))
     if name in _BACKEND:
         return _BACKEND[name]
     fn = _c_crc() if name in ("auto", "c") else None
@@ -145,14 +147,18 @@ def _open_read(path, compression):
         try:
             with gzip.open(path, "rb") as f:
                 return f.read()
-        except (OSError, EOFError) as exc:
-            raise ValueError(f"{path}: not a readable gzip stream ({exc})") from exc
+        except (OSError, EOFError, zlib.error) as exc:
+            raise ValueError(f"{path}: not a readable gzip stream ({exc}); the file is corrupt or truncated") from None
     with open(path, "rb") as f:
         return f.read()
 
 
 def _compression(path, compression):
-    if compression in (None, "", "none", "NONE"):
+    if compression is None:
+        return None
+    if not isinstance(compression, str):
+        raise TypeError(f"compression must be None, 'gzip' or 'auto', got {type(compression).__name__} {compression!r}")
+    if compression in ("", "none", "NONE"):
         return None
     if compression in ("gzip", "GZIP"):
         return "gzip"
@@ -161,11 +167,17 @@ def _compression(path, compression):
     raise ValueError(f"compression must be None, 'gzip' or 'auto', got {compression!r}")
 
 
-_FRAME_ERRORS = {
-    1: "truncated record header (fewer than 12 bytes left)",
-    2: "bad length CRC (corrupted length field)",
-    3: "truncated record (length runs past the end of the file)",
-}
+def _frame_error(err: int, path, rec: int, offset: int, buf: np.ndarray) -> str:
+    left = buf.size - offset
+    if err == 1:
+        what = f"truncated record header: the file is truncated (a header needs 12 bytes, only {left} left)"
+    elif err == 2:
+        what = "bad length CRC (the length field is corrupted)"
+    else:
+        declared = int.from_bytes(buf[offset:offset + 8].tobytes(), "little")
+        what = (f"truncated record: the file is truncated (the header declares {declared:,} bytes of data "
+                f"and a 4-byte CRC, only {max(left - 12, 0):,} bytes follow it)")
+    return f"{path}: record {rec} at byte {offset}: {what}"
 
 
 def parse_tfrecord_bytes(raw, *, verify: bool = True, crc: str = "auto", path: str = "<bytes>") -> Records:
@@ -173,10 +185,12 @@ def parse_tfrecord_bytes(raw, *, verify: bool = True, crc: str = "auto", path: s
     from .._kernels.crc32c import TABLES
     from .._kernels.formats import scan_frames, stored_crcs
 
-    buf = np.frombuffer(raw, dtype=np.uint8)
+    verify = as_bool(verify, "verify")
+    crc_backend(crc)
+    buf = _as_bytes(raw, "raw").reshape(-1)
     starts, stops, err, rec, offset = scan_frames(buf, TABLES)
     if err:
-        raise ValueError(f"{path}: record {rec} at byte {offset}: {_FRAME_ERRORS[int(err)]}")
+        raise ValueError(_frame_error(int(err), path, int(rec), int(offset), buf))
     if verify and starts.size:
         bad = np.flatnonzero(_masked_crcs(buf, starts, stops, crc) != stored_crcs(buf, stops))
         if bad.size:
@@ -223,16 +237,53 @@ def frame_records(data, offsets, *, crc: str = "auto") -> np.ndarray:
     from .._kernels.crc32c import TABLES
     from .._kernels.formats import frame_records as _frame
 
-    data = np.ascontiguousarray(np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data, dtype=np.uint8)
-    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
-    if offsets.ndim != 1 or offsets.size < 1 or offsets[0] != 0 or offsets[-1] != data.size or (np.diff(offsets) < 0).any():
-        raise ValueError("offsets must start at 0, be non-decreasing and end at len(data)")
+    data = np.ascontiguousarray(_as_bytes(data, "data"))
+    offsets = as_int_array(offsets, "offsets", allow_empty=False)
+    if offsets[0] != 0 or offsets[-1] != data.size or (np.diff(offsets) < 0).any():
+        raise ValueError(
+            f"offsets must start at 0, be non-decreasing and end at len(data) = {data.size}, got "
+            f"{offsets[:6].tolist()}{' ...' if offsets.size > 6 else ''}"
+        )
     crcs = _masked_crcs(data, offsets[:-1], offsets[1:], crc)
     return _frame(data, offsets, crcs, TABLES)
 
 
+def _as_bytes(record, name: str) -> np.ndarray:
+    """A bytes-like record as a uint8 array (no copy); anything that is not raw bytes
+    (ints, str, float or other non-byte arrays) is a ``TypeError``: ``bytes(3)`` would be
+    three zero bytes and ``bytes(float_array)`` its memory, both silently wrong."""
+    if isinstance(record, (bytes, bytearray)):
+        return np.frombuffer(record, dtype=np.uint8)
+    if isinstance(record, np.ndarray):
+        if record.dtype not in (np.uint8, np.int8) or record.ndim != 1:
+            raise TypeError(
+                f"{name} must be bytes or a 1-D uint8 array, got an array of dtype {record.dtype} and shape "
+                f"{record.shape}; serialise it first (e.g. encode_example, or .astype(np.uint8) if it holds bytes)"
+            )
+        return np.ascontiguousarray(record).view(np.uint8)
+    if isinstance(record, str):
+        raise TypeError(f"{name} must be bytes, got str {record[:40]!r}; encode it first (e.g. s.encode())")
+    try:
+        mv = memoryview(record)  # any other buffer (mmap, memoryview, array.array('B'), ...)
+    except TypeError:
+        raise TypeError(
+            f"{name} must be bytes-like (bytes, bytearray, memoryview or a uint8 array), got "
+            f"{type(record).__name__} {record!r:.60}"
+        ) from None
+    if mv.itemsize != 1 or mv.ndim > 1:
+        raise TypeError(f"{name} must be raw bytes, got a buffer of format {mv.format!r} and shape {mv.shape}; serialise it first")
+    return np.frombuffer(mv if mv.contiguous else mv.tobytes(), dtype=np.uint8)
+
+
 def _join(records: Iterable) -> tuple[np.ndarray, np.ndarray]:
-    chunks = [bytes(r) if not isinstance(r, bytes) else r for r in records]
+    if isinstance(records, (str, bytes, bytearray, memoryview, np.ndarray)) or not hasattr(records, "__iter__"):
+        raise TypeError(
+            f"records must be an iterable of bytes-like records (or a pair (data, offsets)), got "
+            f"{type(records).__name__}; wrap a single record in a list"
+        )
+    chunks = []
+    for i, r in enumerate(records):
+        chunks.append(r if isinstance(r, bytes) else _as_bytes(r, f"records[{i}]").tobytes())
     sizes = np.fromiter((len(c) for c in chunks), dtype=np.int64, count=len(chunks))
     offsets = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
     return np.frombuffer(b"".join(chunks), dtype=np.uint8), offsets
@@ -246,6 +297,8 @@ class TFRecordWriter:
 
     def __init__(self, path, *, compression=None, crc: str = "auto"):
         self.path = os.fspath(path)
+        crc_backend(crc)
+        _compression(self.path, compression)
         self.crc = crc
         self.count = 0
         self._tmp = f"{self.path}.tmp{os.getpid()}"
@@ -261,7 +314,7 @@ class TFRecordWriter:
 
     def write(self, record) -> None:
         """Append one record (bytes-like)."""
-        data = np.frombuffer(bytes(record), dtype=np.uint8)
+        data = _as_bytes(record, "record")
         self.write_many(data, np.array([0, data.size], dtype=np.int64))
 
     def close(self, commit: bool = True) -> None:
@@ -294,6 +347,9 @@ def write_tfrecord(path, records, *, compression=None, crc: str = "auto") -> int
         data, offsets = records
     else:
         data, offsets = _join(records)
+    # check before the file is created: a bad record leaves no file behind
+    data = np.ascontiguousarray(_as_bytes(data, "data"))
+    offsets = as_int_array(offsets, "offsets", allow_empty=False)
     with TFRecordWriter(path, compression=compression, crc=crc) as w:
         w.write_many(data, offsets)
     return int(len(offsets) - 1)
