@@ -1,6 +1,7 @@
 """Explicit compilation: pay numba's compile (or cache-load) cost when you choose."""
 from __future__ import annotations
 
+import importlib.util
 import time
 
 import numpy as np
@@ -8,32 +9,118 @@ import numpy as np
 __all__ = ["warmup"]
 
 
+def _step(name: str, verbose: bool, t0: float) -> None:
+    if verbose:
+        print(f"warmed {name} ({time.perf_counter() - t0:.2f} s so far)")
+
+
 def warmup(verbose: bool = False) -> float:
-    """Compile (or load from numba's on-disk cache) every packing kernel now.
+    """Compile (or load from numba's on-disk cache) every kernel of packlib now.
 
     Kernels otherwise compile on their first call: a few seconds each the first time on a
-    machine, well under a second once cached (numba caches next to the package, or in
+    machine, much faster once cached (numba caches next to the package, or in
     ``NUMBA_CACHE_DIR`` when that is set, e.g. for a read-only install). Call this at
     start-up, before timing anything, or before forking data-loader workers.
 
-    Returns the seconds it took.
+    Each kernel family is compiled by calling its public functions on a tiny input, so the
+    argument types compiled are the ones real calls use:
+
+    - histogram packing: :func:`~packlib.spfhp_pack`, :func:`~packlib.lpfhp_pack`,
+      :func:`~packlib.nnls_pack` (with a depth limit and unlimited), then
+      :meth:`PackingPlan.assign <packlib.PackingPlan.assign>` and
+      :meth:`Packs.shuffled <packlib.Packs.shuffled>`;
+    - per-sequence packing: :func:`~packlib.ffd_pack`, :func:`~packlib.bfd_pack`;
+    - lower bounds and near-optimal packing: :func:`~packlib.lower_bound`,
+      :func:`~packlib.optimal_pack`;
+    - blended indices: :func:`~packlib.blend` with each method (``smooth`` both for
+      small sizes and, on two threads, for large ones), and :func:`~packlib.blend_exhaustive`;
+    - bucketing: :func:`~packlib.bucket` (by batch size and by token budget, shuffled),
+      :class:`~packlib.BucketedReadaheadBatchIterator` and :func:`~packlib.pack_stream`;
+    - formats: the TFRecord framing and CRC-32C kernels, ``tf.train.Example`` encoding and
+      decoding, and MLPerf BERT packing and unpacking (all in memory, no files), and, when
+      ``pyarrow`` is installed, Arrow table packing (:mod:`packlib.formats.arrow`).
+
+    Parameters
+    ----------
+    verbose : bool, default False
+        Print each family as it is done, with the time so far.
+
+    Returns
+    -------
+    float
+        The seconds it took.
     """
     from .packing import bfd_pack, ffd_pack, lpfhp_pack, nnls_pack, spfhp_pack
 
     t0 = time.perf_counter()
+    L = 8
     h = np.array([0, 2, 0, 1, 0, 0, 1, 1], dtype=np.int64)
-    lengths = np.repeat(np.arange(1, h.size + 1), h)
-    for pack in (spfhp_pack, lpfhp_pack, nnls_pack):
-        plan = pack(h, 3)
-        if verbose:
-            print(f"warmed {pack.__name__}")
-    plan.assign(lengths, seed=0).shuffled(0)
-    nnls_pack(h, None)
-    ffd_pack(lengths, h.size)
-    bfd_pack(lengths, h.size)
-    from .bucketing import BucketedReadaheadBatchIterator, bucket
+    lengths = np.repeat(np.arange(1, L + 1), h)
 
-    bucket(lengths, 4, batch_size=2)
-    bucket(lengths, 4, max_tokens=h.size)
+    # histogram packing
+    for pack in (spfhp_pack, lpfhp_pack, nnls_pack):
+        plan = pack(h, max_sequence_length=L, max_sequences_per_pack=3)
+    nnls_pack(h, max_sequence_length=L, max_sequences_per_pack=None)
+    plan.assign(lengths, seed=0).shuffled(seed=0)
+    _step("histogram packing", verbose, t0)
+
+    # per-sequence packing
+    ffd_pack(lengths, max_sequence_length=L, max_sequences_per_pack=None)
+    bfd_pack(lengths, max_sequence_length=L, max_sequences_per_pack=2)
+    _step("per-sequence packing", verbose, t0)
+
+    # lower bound and near-optimal packing (the LP path needs several lengths)
+    from .optimal import lower_bound, optimal_pack
+
+    # (a histogram where the heuristics stay a pack above the bound, so optimal_pack rounds
+    # the LP solution)
+    ho = np.array([3, 5, 3, 4, 4, 0, 3, 2, 1, 2, 2, 2, 4, 4], dtype=np.int64)
+    lower_bound(ho, max_sequence_length=ho.size, max_sequences_per_pack=3)
+    optimal_pack(ho, max_sequence_length=ho.size, max_sequences_per_pack=3)
+    _step("lower bounds and optimal packing", verbose, t0)
+
+    # blended indices
+    from .blending import blend, blend_exhaustive
+
+    for method in ("megatron", "smooth", "shuffled"):
+        blend([0.5, 0.3, 0.2], 20, method=method)
+    blend([0.5, 0.3, 0.2], 1 << 21, method="smooth")  # large: block by block, on two threads
+    blend_exhaustive([3, 2, 1])
+    _step("blending", verbose, t0)
+
+    # bucketing
+    from .bucketing import BucketedReadaheadBatchIterator, bucket, pack_stream
+
+    bucket(lengths, 4, batch_size=2, shuffle=True)
+    bucket(lengths, 4, max_tokens=L, shuffle=False)
     list(BucketedReadaheadBatchIterator(list(range(2000)), 2000, key=lambda x: x % 7, batch_size=1))
+    list(pack_stream(lengths.tolist(), L, read_ahead=4, key=int))
+    _step("bucketing", verbose, t0)
+
+    # formats, in memory
+    from .formats import mlperf_bert, tfrecord
+
+    tfrecord.crc32c(b"123456789", "numba")
+    seqs = mlperf_bert.synthetic_sequences(6, 0, max_sequence_length=32, max_predictions=4)
+    seqs.fingerprints()
+    packs = bfd_pack(seqs.lengths, max_sequence_length=32, max_sequences_per_pack=3)
+    data, offsets = mlperf_bert.encode_packed(seqs, packs, max_sequences_per_pack=3)
+    framed = tfrecord.frame_records(data, offsets, crc="numba")
+    records = tfrecord.parse_tfrecord_bytes(framed.tobytes(), crc="numba")
+    schema = mlperf_bert.packed_schema(32, 4, 3)
+    mlperf_bert.unpack_packed(*schema.decode(records), schema)
+    _step("formats", verbose, t0)
+
+    if importlib.util.find_spec("pyarrow") is not None:
+        import pyarrow as pa
+
+        from .formats.arrow import pack_table
+
+        t = pa.table({"input_ids": [[1, 2, 3, 4, 5], [6, 7], [8, 9, 10], [11]]})
+        pack_table(t, max_sequence_length=4, position_ids=True)
+        pack_table(t, max_sequence_length=4, overflow="split")
+        two_chunks = pa.Table.from_batches(t.to_batches(max_chunksize=2))
+        pack_table(two_chunks, max_sequence_length=4)
+        pack_table(pa.table({"flags": [[True, False], [True]]}), max_sequence_length=4)
+        _step("arrow", verbose, t0)
     return time.perf_counter() - t0

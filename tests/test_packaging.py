@@ -1,0 +1,211 @@
+"""Packaging: one version, the wheel's contents, the extras, the scipy floor (the fast HiGHS
+path is taken), and warmup() compiling every kernel family."""
+import importlib
+import importlib.metadata as metadata
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import zipfile
+
+import numpy as np
+import pytest
+from packaging.requirements import Requirement
+
+import packlib
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _requirements(extra=None):
+    """The installed distribution's requirements, for the extra ``extra`` (None: the base)."""
+    reqs = [Requirement(line) for line in metadata.requires("packlib") or []]
+    if extra is None:
+        return [r for r in reqs if r.marker is None]
+    return [r for r in reqs if r.marker is not None and r.marker.evaluate({"extra": extra})
+            and not r.marker.evaluate({"extra": ""})]
+
+
+# --------------------------------------------------------------------------- version
+
+
+def test_version_is_the_installed_distributions():
+    assert packlib.__version__ == metadata.version("packlib")
+
+
+def test_version_is_written_once():
+    from packlib import _version
+
+    assert packlib.__version__ == _version.__version__
+    init = (ROOT / "packlib" / "__init__.py").read_text()
+    assert _version.__version__ not in init, "packlib/__init__.py repeats the version"
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert 'dynamic = ["version"]' in pyproject
+    assert f'"{_version.__version__}"' not in pyproject, "pyproject.toml repeats the version"
+
+
+def test_import_and_version_do_not_import_numba():
+    code = "import sys, packlib; packlib.__version__; assert 'numba' not in sys.modules, 'numba imported'"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+
+
+# ----------------------------------------------------------------------------- wheel
+
+
+@pytest.mark.packaging
+def test_wheel_holds_py_typed_license_and_data(tmp_path):
+    """Builds the wheel offline (no build isolation: setuptools >= 77 comes with the test
+    extra) from a copy of the sources, so the work tree gets no build/ or egg-info."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy2(ROOT / name, src / name)
+    shutil.copytree(ROOT / "packlib", src / "packlib",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.nbi", "*.nbc", "*.pyc"))
+    out = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "--no-build-isolation", "--no-index",
+         "--disable-pip-version-check", "-q", "-w", str(tmp_path / "dist")],
+        capture_output=True, text=True,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    (wheel,) = (tmp_path / "dist").glob("packlib-*.whl")
+    assert wheel.name.startswith(f"packlib-{packlib.__version__}-")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "packlib/py.typed" in names
+    assert "packlib/_version.py" in names
+    assert "packlib/datasets/wikipedia_512_hist.txt" in names
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), names
+    assert not any(n.startswith(("tests/", "conftest")) for n in names)
+    meta = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    assert "License-Expression: MIT" in meta
+    assert "License-File: LICENSE" in meta
+
+
+def test_license_file_is_mit():
+    text = (ROOT / "LICENSE").read_text()
+    assert text.startswith("MIT License") and "Copyright (c) 2026 the packlib authors" in text
+
+
+# ---------------------------------------------------------------------------- extras
+
+
+def test_all_extra_holds_every_extra():
+    extras = set(metadata.metadata("packlib").get_all("Provides-Extra") or [])
+    assert {"hdf5", "tfrecord", "progress", "plot", "pandas", "torch", "arrow", "hf", "ray"} <= extras
+    (req,) = [r for r in _requirements("all") if r.name == "packlib"]
+    assert req.extras == extras - {"all", "test"}
+
+
+def test_test_extra_holds_the_formats_dependencies():
+    names = {r.name for r in _requirements("test")}
+    assert {"pytest", "hypothesis", "pyarrow", "datasets", "pandas", "setuptools"} <= names
+
+
+# ---------------------------------------------------------------- scipy and HiGHS path
+
+
+def test_scipy_floor_has_the_highs_bindings():
+    """scipy 1.15.0 is the first release with ``scipy.optimize._highspy`` (1.14.1 ships only
+    the older Cython ``scipy.optimize._highs`` wrapper); a lower floor lets users silently
+    get a cold linprog solve per column-generation round."""
+    (scipy,) = [r for r in _requirements() if r.name == "scipy"]
+    assert not scipy.specifier.contains("1.14.1") and scipy.specifier.contains("1.15.0"), scipy
+
+
+def test_fast_highs_path_is_taken(monkeypatch):
+    """Fails if the installed scipy makes optimal.py fall back to linprog per round."""
+    from packlib import optimal
+
+    assert optimal._USE_HIGHS_BINDINGS
+    made = []
+
+    class Recorded(optimal._Master):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    monkeypatch.setattr(optimal, "_Master", Recorded)
+    packlib.lower_bound(packlib.datasets.wikipedia_512(), max_sequences_per_pack=3)
+    assert made, "lower_bound built no master LP: this test no longer sees the LP path"
+    assert all(m.highs is not None for m in made), "HiGHS bindings unavailable: the slow linprog path was taken"
+
+
+# ---------------------------------------------------------------------------- warmup
+
+# kernels that warmup() may leave uncompiled although code outside packlib/_kernels calls
+# them, each with the reason
+NOT_WARMED: dict[str, str] = {}
+
+# the kernels of blend(method="smooth") on two threads (blending._smooth_blocks)
+SMOOTH_THREADED = [f"blend_smooth.{k}" for k in ("smooth_setup", "block_deadlines", "block_jobs", "place_block", "finish")]
+
+# kernels called from Python in a way the scan below cannot see
+CALLED_BY_NAME = {
+    "binpack.ffd", "binpack.bfd",  # packing._per_sequence: getattr(binpack, kernel_name)
+}
+
+
+def _entry_kernels() -> set[str]:
+    """``"module.kernel"`` for every kernel of packlib._kernels that code outside
+    packlib/_kernels names (``from ._kernels.m import k`` or ``from ._kernels import m``
+    then ``m.k``). Kernels only called by other kernels are compiled into their callers
+    (and, loaded from numba's cache, never compiled on their own), so they are not listed."""
+    import ast
+
+    out = set()
+    for path in (ROOT / "packlib").rglob("*.py"):
+        if "_kernels" in path.relative_to(ROOT / "packlib").parts:
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        aliases = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                parts = node.module.split(".")
+                if parts[-1] == "_kernels":
+                    for a in node.names:
+                        aliases[a.asname or a.name] = a.name
+                elif len(parts) >= 2 and parts[-2] == "_kernels":
+                    out.update(f"{parts[-1]}.{a.name}" for a in node.names)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases:
+                out.add(f"{aliases[node.value.id]}.{node.attr}")
+    return out | CALLED_BY_NAME
+
+
+_COLD_KERNELS = """
+import importlib, json, pkgutil, sys
+from numba.core.registry import CPUDispatcher
+import packlib, packlib._kernels
+packlib.warmup()
+cold, all_ = [], []
+for info in pkgutil.iter_modules(packlib._kernels.__path__):
+    mod = importlib.import_module("packlib._kernels." + info.name)
+    for name, obj in vars(mod).items():
+        if isinstance(obj, CPUDispatcher) and obj.py_func.__module__ == mod.__name__:
+            all_.append(info.name + "." + name)
+            if not obj.signatures:
+                cold.append(info.name + "." + name)
+print(json.dumps({"cold": cold, "all": all_}))
+"""
+
+
+def test_warmup_compiles_every_kernel_called_from_python():
+    """In a fresh interpreter (so nothing else has compiled anything), after warmup() every
+    kernel the Python code calls has at least one compiled signature."""
+    import json
+
+    out = subprocess.run([sys.executable, "-c", _COLD_KERNELS], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    entry = _entry_kernels() & set(result["all"])
+    assert len(entry) >= 20, sorted(entry)  # the scan still finds the kernels
+    not_warmed = dict(NOT_WARMED)
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if cpus < 2:
+        not_warmed.update(dict.fromkeys(SMOOTH_THREADED, "blend(method='smooth') uses them on two CPUs only"))
+    cold = sorted(entry & set(result["cold"]) - set(not_warmed))
+    assert not cold, f"kernels called from Python that warmup() does not compile: {cold}"
+    stale = sorted(set(NOT_WARMED) - entry)
+    assert not stale, f"NOT_WARMED names no kernel called from Python: {stale}"
