@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import methods as _methods
-from .._validate import as_capacity, as_depth, as_int_array, as_seed
+from .._validate import as_bool, as_capacity, as_depth, as_int_array, as_positive_int, as_seed
 
 __all__ = [
     "pack_table",
@@ -79,12 +79,6 @@ def _datasets():
     except ImportError:  # pragma: no cover
         raise ImportError("Hugging Face datasets need the datasets package: pip install 'packlib[hf]'") from None
     return datasets
-
-
-def _as_bool(value, name: str) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
-    return bool(value)
 
 
 def _as_table_like(table, name: str = "table"):
@@ -293,14 +287,9 @@ def make_segments(lengths, max_sequence_length, *, overflow="truncate") -> Segme
     Segments
         In row order; empty rows are dropped and counted in ``dropped_rows``.
     """
-    from .._validate import as_positive_int
-
     L = as_positive_int(max_sequence_length, "max_sequence_length")
     overflow = _as_overflow(overflow)
-    lens = as_int_array(lengths, "lengths")
-    if lens.size and lens.min() < 0:
-        i = int(np.flatnonzero(lens < 0)[0])
-        raise ValueError(f"lengths must be >= 0, got {lens[i]} at index {i}")
+    lens = as_int_array(lengths, "lengths", minimum=0)
     nonempty = lens > 0
     dropped = int(lens.size - np.count_nonzero(nonempty))
     if overflow == "truncate":
@@ -483,7 +472,7 @@ def gather_packs(table, columns, row, start, length, pack_offsets, *, position_i
     """
     table = _as_table_like(table)
     columns = select_list_columns(table.schema, columns)
-    position_ids = _as_bool(position_ids, "position_ids")
+    position_ids = as_bool(position_ids, "position_ids")
     if position_ids and POSITION_IDS in columns:
         raise ValueError(f"column {POSITION_IDS!r} is packed and position_ids=True would add another; "
                          "pass position_ids=False, or leave it out with columns=[...]")
@@ -520,7 +509,7 @@ def _options(max_sequence_length, seq_length, method, max_sequences_per_pack, ov
     m = _methods.get(method)
     depth = as_depth(max_sequences_per_pack)
     overflow = _as_overflow(overflow)
-    position_ids = _as_bool(position_ids, "position_ids")
+    position_ids = as_bool(position_ids, "position_ids")
     seed = 0 if seed is None else as_seed(seed)
     return L, m.name, depth, overflow, position_ids, seed
 
@@ -635,6 +624,10 @@ def packing_report(table) -> dict:
     if not isinstance(schema, pa.Schema):
         raise TypeError(f"table must be a pyarrow Table, Schema or datasets.Dataset, got {type(table).__name__}")
     meta = schema.metadata or {}
+    if REPORT_KEY not in meta and b"huggingface" in meta:
+        hf = json.loads(meta[b"huggingface"])
+        if isinstance(hf, dict) and "packlib" in hf:
+            return hf["packlib"]
     if REPORT_KEY not in meta:
         raise ValueError("this table carries no packing report (schema metadata b'packlib'); "
                          "it was not made by pack_table / pack_dataset, or its metadata was replaced")
@@ -674,6 +667,9 @@ def pack_dataset(dataset, max_sequence_length=None, *, seq_length=None, columns=
         idx = dataset._indices.column(0)
         rows_map = np.concatenate([c.to_numpy() for c in idx.chunks] or [np.zeros(0, np.uint64)]).astype(np.int64)
     packed, report = _pack(table, rows_map, L, columns, method, depth, overflow, position_ids, seed)
+    # datasets rewrites the schema metadata to {b"huggingface": ...} but keeps unknown keys
+    # inside that JSON: the report rides there too
+    packed = packed.replace_schema_metadata({b"huggingface": json.dumps({"packlib": report}).encode()})
     out = ds_mod.Dataset(packed, fingerprint=_fingerprint(dataset, report))
     fmt = dataset.format
     if fmt.get("type") is not None or fmt.get("columns") is not None:
