@@ -131,5 +131,5 @@ def pack(lengths, max_sequence_length, max_sequences_per_pack=None, *, method: s
     seed = as_seed(seed)
     if m.kind == "sequence":
         return m.function(lens, L, depth)
-    plan = m.function(histogram(lens, L), depth)
+    plan = m.function(histogram(lens, L), max_sequences_per_pack=depth)
     return plan.assign(lens, seed=seed)

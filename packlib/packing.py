@@ -756,14 +756,17 @@ def nnls_pack(
 
     - the NNLS is an active-set (Lawson-Hanson) solver that exploits the matrix's sparsity
       and, for deep or unlimited packs, prices strategies by dynamic programming instead of
-      enumerating them all, so it takes well under a second instead of 20-40 s;
+      enumerating them all (``docs/design.md`` and ``benchmarks/bench_packing.py`` measure
+      what that buys);
     - the last few left-over sequences are packed by LPFHP instead of one pack each with a
       dummy partner, so depth 1 and leftovers at length ``L`` work too;
     - the returned plan holds only real sequences (dummy padding partners are removed);
     - with ``repair=True`` (the default), the packs that removing the dummies left
       under-filled are repacked by LPFHP when that takes fewer packs (on Wikipedia at
-      depth 3: 8,144,342 packs instead of 8,152,494). ``repair=False`` gives the recipe's
-      plan as is.
+      depth 3: 8,144,341 packs instead of 8,152,494). ``repair=False`` gives the recipe's
+      plan as is;
+    - above ``max_sequence_length = 2048`` it refuses (its cost grows as ``L**3``) and
+      names the packers to use instead (``optimal``, ``lpfhp``, ``bfd``).
 
     Parameters
     ----------
@@ -783,8 +786,10 @@ def nnls_pack(
         ``plan.info["iterations"]`` is the number of NNLS solves.
     """
     from ._kernels.nnls import nnls_histogram_pack, repack_underfilled
+    from ._nnls_limits import check_nnls_size
 
     h, L, depth = _histogram_args(histogram, max_sequence_length, max_sequences_per_pack)
+    check_nnls_size(h, L, depth)
     max_iterations = as_positive_int(max_iterations, "max_iterations", maximum=10**6)
     cutoff = min(as_nonnegative_int(short_length_cutoff, "short_length_cutoff"), L)
     repair = as_bool(repair, "repair")
