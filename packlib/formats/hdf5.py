@@ -20,7 +20,7 @@ import os
 
 import numpy as np
 
-from .._validate import as_int_array, as_positive_int
+from .._validate import as_int, as_int_array, as_nonnegative_int, as_optional_int, as_positive_int
 
 __all__ = ["write_hdf5", "read_hdf5"]
 
@@ -100,9 +100,22 @@ def write_hdf5(path, tokens, doc_offsets, packs=None, *, max_sequence_length: in
         If a document (or a pack) does not fit in ``L``, or the packs do not cover every
         document exactly once with the right lengths.
     """
+    from ..packing import Packs
+
     h5py = _h5py()
     tok, off = _documents(tokens, doc_offsets)
-    L = as_positive_int(max_sequence_length, "max_sequence_length")
+    L = as_positive_int(max_sequence_length, "max_sequence_length", maximum=2**31 - 1)
+    pad_id = as_int(pad_id, "pad_id", minimum=-(2**31), maximum=2**31 - 1)
+    chunk_rows = as_positive_int(chunk_rows, "chunk_rows")
+    if compression is not None and compression not in ("gzip", "lzf"):
+        raise (ValueError if isinstance(compression, str) else TypeError)(
+            f"compression must be 'gzip', 'lzf' or None, got {compression!r}"
+        )
+    if packs is not None and not isinstance(packs, Packs):
+        raise TypeError(
+            f"packs must be a packlib.Packs over the documents (e.g. packlib.ffd_pack(np.diff(doc_offsets) - 1, L)), "
+            f"got {type(packs).__name__}"
+        )
     contributed = np.diff(off) - 1
     if packs is None:
         if contributed.size and contributed.max() > L:
@@ -153,14 +166,28 @@ def read_hdf5(path, start: int = 0, stop: int | None = None) -> dict:
         ``PACKED_ROWS``, told apart by the number of rows), plus ``data`` itself.
     """
     h5py = _h5py()
-    with h5py.File(path, "r") as f:
-        if "data" not in f or f["data"].ndim != 3 or f["data"].shape[1] not in (3, 5):
-            raise ValueError(f"{path}: not a Cerebras-style file (need dataset 'data' of shape (n, 3 or 5, L))")
-        ds = f["data"]
-        n = int(f.attrs.get("n_examples", ds.shape[0]))
-        if n != ds.shape[0]:
-            raise ValueError(f"{path}: n_examples = {n} but data holds {ds.shape[0]} examples")
-        data = ds[start:stop]
+    start = as_nonnegative_int(start, "start")
+    stop = as_optional_int(stop, "stop", minimum=0)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path}: no such file")
+    try:
+        with h5py.File(path, "r") as f:
+            if "data" not in f or not isinstance(f["data"], h5py.Dataset) or f["data"].ndim != 3 or f["data"].shape[1] not in (3, 5):
+                raise ValueError(f"{path}: not a Cerebras-style file (need dataset 'data' of shape (n, 3 or 5, L))")
+            ds = f["data"]
+            n_attr = f.attrs.get("n_examples", ds.shape[0])
+            if not isinstance(n_attr, (int, np.integer)) or isinstance(n_attr, (bool, np.bool_)):
+                raise ValueError(f"{path}: attribute n_examples must be an integer, got {n_attr!r}")
+            n = int(n_attr)
+            if n != ds.shape[0]:
+                raise ValueError(f"{path}: n_examples = {n} but data holds {ds.shape[0]} examples")
+            if ds.dtype.kind not in "iu":
+                raise ValueError(f"{path}: data must hold integers, got dtype {ds.dtype}")
+            data = ds[start:stop]
+    except ValueError:
+        raise
+    except (OSError, KeyError, RuntimeError, TypeError) as exc:  # h5py's errors on damaged files
+        raise ValueError(f"{path}: not a readable HDF5 file ({type(exc).__name__}: {exc}); it is corrupt or truncated") from None
     names = CLASSIC_ROWS if data.shape[1] == 3 else PACKED_ROWS
     out = {"n_examples": n, "data": data}
     out.update({name: data[:, i, :] for i, name in enumerate(names)})

@@ -23,9 +23,11 @@ Worked example: one row of 12 with documents of lengths 3, 2, 4 (and 3 padding):
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
-from .._validate import as_int_array, as_positive_int
+from .._validate import as_bool, as_int, as_int_array, as_lengths, as_positive_int, check_total, exact_sum
 
 __all__ = [
     "row_lengths",
@@ -48,11 +50,8 @@ _INT32_MAX = 2**31 - 1
 
 
 def _lengths(lengths, name: str = "lengths") -> np.ndarray:
-    lens = as_int_array(lengths, name)
-    if lens.size and lens.min() < 1:
-        i = int(np.flatnonzero(lens < 1)[0])
-        raise ValueError(f"{name} must be >= 1, got {lens[i]} at index {i}")
-    return lens
+    """Document lengths: whole numbers >= 1 whose total fits the kernels (``MAX_TOTAL``)."""
+    return as_lengths(lengths, None, name)
 
 
 def _row(lengths, row_length) -> tuple[np.ndarray, int]:
@@ -63,10 +62,28 @@ def _row(lengths, row_length) -> tuple[np.ndarray, int]:
     return lens, T
 
 
+def _fits_memory(fn):
+    """Turn numpy's ``MemoryError`` (a row or a batch too large to allocate, e.g.
+    ``row_length=2**40``) into a ``ValueError`` naming the function."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except MemoryError:
+            raise ValueError(
+                f"{fn.__name__}: the output does not fit in memory; check the lengths / row_length "
+                "(a row or batch this large is not what these fields are for)"
+            ) from None
+
+    return wrapper
+
+
 def row_lengths(packs, p: int) -> np.ndarray:
     """The lengths of the documents in pack ``p`` of a :class:`packlib.Packs`, in order."""
     n = packs.num_packs
-    p = int(p) + (n if int(p) < 0 else 0)
+    p = as_int(p, "p", maximum=None)
+    p += n if p < 0 else 0
     if not 0 <= p < n:
         raise IndexError(f"pack index out of range for {n} packs")
     return packs.lengths[packs.offsets[p] : packs.offsets[p + 1]]
@@ -76,7 +93,8 @@ def batch_lengths(packs, pack_ids) -> np.ndarray:
     """The document lengths of several packs laid end to end (a padding-free batch)."""
     ids = as_int_array(pack_ids, "pack_ids")
     if ids.size and (ids.min() < -packs.num_packs or ids.max() >= packs.num_packs):
-        raise ValueError(f"pack_ids must index the {packs.num_packs} packs")
+        bad = int(ids[(ids < -packs.num_packs) | (ids >= packs.num_packs)][0])
+        raise IndexError(f"pack_ids must index the {packs.num_packs} packs, got {bad}")
     if ids.size == 0:
         return np.zeros(0, dtype=np.int64)
     return np.concatenate([row_lengths(packs, p) for p in ids.tolist()])
@@ -99,6 +117,7 @@ def max_seqlen(lengths) -> int:
     return int(lens.max()) if lens.size else 0
 
 
+@_fits_memory
 def position_ids(lengths) -> np.ndarray:
     """Positions restarting at 0 in every document: ``arange(T) - repeat(starts, lengths)``."""
     lens = _lengths(lengths)
@@ -106,12 +125,14 @@ def position_ids(lengths) -> np.ndarray:
     return np.arange(int(lens.sum()), dtype=np.int64) - np.repeat(starts, lens)
 
 
+@_fits_memory
 def seq_idx(lengths) -> np.ndarray:
     """The document index of every token, int32: ``repeat(arange(n), lengths)``."""
     lens = _lengths(lengths)
     return np.repeat(np.arange(lens.size, dtype=np.int32), lens)
 
 
+@_fits_memory
 def mlperf_input_mask(lengths, row_length: int) -> np.ndarray:
     """MLPerf packed BERT ``input_mask``: document index ``1..k`` per token, 0 = padding."""
     lens, T = _row(lengths, row_length)
@@ -120,6 +141,7 @@ def mlperf_input_mask(lengths, row_length: int) -> np.ndarray:
     return out
 
 
+@_fits_memory
 def attention_span(lengths, row_length: int) -> np.ndarray:
     """Cerebras ``attention_span``: counts down to each document's end (``n-1 .. 0``), 0 = padding."""
     lens, T = _row(lengths, row_length)
@@ -128,6 +150,7 @@ def attention_span(lengths, row_length: int) -> np.ndarray:
     return out
 
 
+@_fits_memory
 def torchtune_seq_lens(lengths, row_length: int) -> np.ndarray:
     """torchtune ``seq_lens``: the documents, then the padding as one last "sequence"."""
     lens, T = _row(lengths, row_length)
@@ -135,6 +158,7 @@ def torchtune_seq_lens(lengths, row_length: int) -> np.ndarray:
     return np.concatenate((lens, [pad])) if pad else lens.copy()
 
 
+@_fits_memory
 def torchtune_input_pos(lengths, row_length: int) -> np.ndarray:
     """torchtune ``input_pos``: positions per document; padding positions keep counting
     from the last document's end."""
@@ -145,6 +169,7 @@ def torchtune_input_pos(lengths, row_length: int) -> np.ndarray:
     return np.concatenate((pos, np.arange(last, last + pad, dtype=np.int64)))
 
 
+@_fits_memory
 def varlen_fields(lengths) -> dict:
     """The flash-attention varlen fields for documents laid end to end.
 
@@ -167,6 +192,7 @@ def _tokens(tokens, lengths, name="tokens"):
     return tok, lens
 
 
+@_fits_memory
 def hf_flattening_batch(tokens, lengths, *, return_position_ids: bool = True, return_seq_idx: bool = False,
                         return_flash_attn_kwargs: bool = False, separator_id: int = -100) -> dict:
     """A batch as Hugging Face's ``DataCollatorWithFlattening`` builds it.
@@ -178,6 +204,10 @@ def hf_flattening_batch(tokens, lengths, *, return_position_ids: bool = True, re
     with ``max_length_q/k`` (int). No padding.
     """
     tok, lens = _tokens(tokens, lengths)
+    return_position_ids = as_bool(return_position_ids, "return_position_ids")
+    return_seq_idx = as_bool(return_seq_idx, "return_seq_idx")
+    return_flash_attn_kwargs = as_bool(return_flash_attn_kwargs, "return_flash_attn_kwargs")
+    separator_id = as_int(separator_id, "separator_id", minimum=-(2**63), maximum=2**63 - 1)
     labels = tok.copy()
     starts = np.concatenate(([0], np.cumsum(lens)[:-1])) if lens.size else lens
     labels[starts] = separator_id
@@ -193,6 +223,7 @@ def hf_flattening_batch(tokens, lengths, *, return_position_ids: bool = True, re
     return out
 
 
+@_fits_memory
 def megatron_thd(lengths, *, pad_to_multiple_of: int = 1) -> dict:
     """Megatron-core ``PackedSeqParams`` fields for the ``thd`` layout.
 
@@ -202,7 +233,8 @@ def megatron_thd(lengths, *, pad_to_multiple_of: int = 1) -> dict:
     """
     lens = _lengths(lengths)
     m = as_positive_int(pad_to_multiple_of, "pad_to_multiple_of")
-    padded = -(-lens // m) * m
+    padded = -(-lens // m) * m  # each <= len + m - 1 < 2**63
+    check_total(exact_sum(padded), "megatron_thd", "number of padded tokens")
     cu, cu_p = cu_seqlens(lens), cu_seqlens(padded)
     return {"qkv_format": "thd", "cu_seqlens_q": cu, "cu_seqlens_kv": cu.copy(),
             "cu_seqlens_q_padded": cu_p, "cu_seqlens_kv_padded": cu_p.copy(),
@@ -210,6 +242,7 @@ def megatron_thd(lengths, *, pad_to_multiple_of: int = 1) -> dict:
             "total_tokens": int(padded.sum())}
 
 
+@_fits_memory
 def torchtune_pack(tokens, lengths, row_length: int, *, labels=None, padding_idx: int = 0,
                    ignore_index: int = -100) -> dict:
     """One packed row as torchtune's ``PackedDataset`` yields it: ``tokens`` (padded with
@@ -217,6 +250,8 @@ def torchtune_pack(tokens, lengths, row_length: int, *, labels=None, padding_idx
     ``input_pos`` and ``seq_lens``, all int64."""
     tok, lens = _tokens(tokens, lengths)
     _, T = _row(lens, row_length)
+    padding_idx = as_int(padding_idx, "padding_idx", minimum=-(2**63), maximum=2**63 - 1)
+    ignore_index = as_int(ignore_index, "ignore_index", minimum=-(2**63), maximum=2**63 - 1)
     lab = tok if labels is None else _tokens(labels, lens, "labels")[0]
     pad = T - tok.size
     return {"tokens": np.concatenate((tok, np.full(pad, padding_idx, dtype=np.int64))),
