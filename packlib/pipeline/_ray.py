@@ -1,0 +1,88 @@
+"""The ``ray`` engine: the same tasks as Ray tasks (``pip install 'packlib[ray]'``).
+
+With no address, a local Ray runtime with ``num_cpus=workers`` is started (and stopped
+at the end); with ``ray_address`` (e.g. ``"auto"`` or ``"ray://head:10001"``) the run
+joins that cluster. If Ray is already initialised in this process, it is used as it is.
+Every node must see the inputs and the output directory at the same paths (a shared
+file system) and have packlib installed.
+"""
+from __future__ import annotations
+
+import os
+
+from .._progress import progress_bar
+from ._errors import InputError, PipelineError, WorkerDied
+
+__all__ = ["RayEngine"]
+
+
+def _import_ray():
+    try:
+        import ray
+    except ImportError:
+        raise PipelineError("the ray engine needs Ray: pip install 'packlib[ray]' (or ray[data])") from None
+    return ray
+
+
+class RayEngine:
+    name = "ray"
+
+    def __init__(self, workers: int | None, address: str | None = None):
+        ray = _import_ray()
+        self._ray = ray
+        self._started = False
+        if not ray.is_initialized():
+            if address:
+                ray.init(address=address, log_to_driver=False)
+            else:
+                import packlib
+
+                root = os.path.dirname(os.path.dirname(os.path.abspath(packlib.__file__)))
+                path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+                ray.init(num_cpus=int(workers) if workers else None, include_dashboard=False, log_to_driver=False,
+                         runtime_env={"env_vars": {"PYTHONPATH": path}})
+            self._started = True
+        self.workers = int(ray.available_resources().get("CPU", 1)) if workers is None else int(workers)
+        self._remotes = {}
+
+    def _remote(self, fn):
+        r = self._remotes.get(fn)
+        if r is None:
+            # tasks are idempotent (every file is written under a temporary name, then renamed),
+            # so a task whose worker died is retried
+            r = self._remotes[fn] = self._ray.remote(num_cpus=1, max_retries=2)(fn)
+        return r
+
+    def map(self, fn, tasks, desc: str, progress=None, unit: str = "task"):
+        ray = self._ray
+        remote = self._remote(fn)
+        tasks = list(tasks)
+        refs = [remote.remote(*t) for t in tasks]
+        pending = list(refs)
+        try:
+            with progress_bar(len(refs), desc, progress, unit=unit) as bar:
+                while pending:
+                    done, pending = ray.wait(pending, num_returns=1)
+                    ray.get(done)  # raise the first failure at once
+                    bar.update(len(done))
+            return ray.get(refs)
+        except ray.exceptions.RayTaskError as exc:
+            for r in pending:
+                ray.cancel(r, force=True)
+            cause = getattr(exc, "cause", None)
+            if isinstance(cause, BaseException):
+                raise cause from None
+            raise PipelineError(f"a Ray task failed during {desc}: {str(exc).splitlines()[0]}") from None
+        except (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError, ray.exceptions.ObjectLostError) as exc:
+            for r in pending:
+                ray.cancel(r, force=True)
+            raise WorkerDied(f"a Ray worker died during {desc} and retries ran out ({type(exc).__name__}); "
+                             "nothing was written") from None
+
+    def close(self) -> None:
+        if self._started:
+            self._ray.shutdown()
+            self._started = False
+
+
+del InputError

@@ -1,0 +1,273 @@
+"""The work the engines run: plain module-level functions of picklable arguments, so the
+local process pool and Ray run exactly the same code.
+
+Pass 1 (:func:`lengths_task`): one shard -> its row lengths. Pass 2a (:func:`spill_task`):
+one shard -> its segments, each written to the bucket of the output file its pack lands
+in (one Arrow IPC spill file per shard, batches tagged with their output file). Pass 2b
+(:func:`assemble_task`): one output file <- its batches of every spill file, sorted by
+output position and gathered into packs. Verify (:func:`verify_task`): one output file ->
+content hashes of its segments. Every file is written under a temporary name and renamed
+when complete, so a retried task never leaves half a file behind.
+"""
+from __future__ import annotations
+
+import os
+import resource
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._errors import InputError, PipelineError
+from .readers import Shard, iter_batches, read_lengths, read_schema
+
+POS = "__packlib_position"
+PARQUET_OPTIONS = dict(compression="snappy", use_dictionary=False, write_statistics=False)
+
+
+@dataclass(frozen=True)
+class Job:
+    """Everything a task needs to know, small and picklable."""
+
+    shards: tuple
+    columns: tuple
+    column_types: tuple  # str(pyarrow type) per column
+    max_sequence_length: int
+    overflow: str  # "truncate", "split" or "error"
+    workdir: str  # the temporary output directory
+    num_files: int
+    batch_rows: int = 8192
+    spill_bytes: int = 32 << 20
+
+    def spill_path(self, shard: int) -> str:
+        return os.path.join(self.workdir, "_spill", f"shard-{shard:05d}.arrow")
+
+    def part_name(self, f: int) -> str:
+        return f"part-{f:05d}-of-{self.num_files:05d}.parquet"
+
+    def part_path(self, f: int) -> str:
+        return os.path.join(self.workdir, self.part_name(f))
+
+
+def _peak() -> tuple[int, int]:
+    """``(pid, peak resident bytes)`` of this process."""
+    return os.getpid(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _init_worker() -> None:
+    """Return freed memory to the OS promptly (the peak-memory figures count resident pages)."""
+    try:
+        import pyarrow as pa
+
+        pa.jemalloc_set_decay_ms(0)
+    except Exception:  # noqa: BLE001 - not built with jemalloc
+        pass
+
+
+# --------------------------------------------------------------------------------------
+# pass 1
+# --------------------------------------------------------------------------------------
+def check_schema(job: Job, shard: Shard, schema) -> None:
+    for c, t in zip(job.columns, job.column_types):
+        if c not in schema.names:
+            raise InputError(f"{shard.path}: no column {c!r} (it has {', '.join(schema.names)}); "
+                             "pass --columns naming columns every input has")
+        if str(schema.field(c).type) != t:
+            raise InputError(f"{shard.path}: column {c!r} is {schema.field(c).type}, but {t} in the first input; "
+                             "give inputs with one schema")
+
+
+def lengths_task(job: Job, i: int):
+    """Pass 1: the row lengths of shard ``i`` (int32), checked against the capacity."""
+    _init_worker()
+    shard = job.shards[i]
+    check_schema(job, shard, read_schema(shard))
+    lengths = read_lengths(shard, job.columns[0])
+    L = job.max_sequence_length
+    if job.overflow == "error" and lengths.size and lengths.max() > L:
+        r = int(np.flatnonzero(lengths > L)[0])
+        raise InputError(f"{shard.path}: row {r} has {int(lengths[r])} tokens, more than the capacity {L}; "
+                         "pass --overflow truncate (keep the first tokens) or --overflow split "
+                         "(cut it into pieces), or raise --max-sequence-length")
+    if lengths.size and lengths.max() >= 2**31:
+        raise InputError(f"{shard.path}: a row has 2**31 tokens or more")
+    return lengths.astype(np.int32), _peak()
+
+
+# --------------------------------------------------------------------------------------
+# pass 2a: spill
+# --------------------------------------------------------------------------------------
+def spill_task(job: Job, i: int, num_rows: int, seg_row, seg_start, seg_len, seg_pos, seg_file):
+    """Pass 2a: write shard ``i``'s segments to its spill file, grouped by output file.
+
+    Returns ``(file_of_batch, hashes, peak)``: the output file of each spilled batch, the
+    content hash of each of the shard's segments (input side of the exactly-once check).
+    """
+    import pyarrow as pa
+
+    from ..formats import arrow as A
+    from ._hash import hash_into, list_values
+
+    _init_worker()
+    shard = job.shards[i]
+    cols = list(job.columns)
+    nseg = seg_row.size
+    hashes = np.zeros(nseg, dtype=np.uint64)
+    path = job.spill_path(i)
+    tmp = f"{path}.tmp{os.getpid()}"
+    writer, file_of_batch = None, []
+    buffers: dict[int, list] = {}
+    state = {"bytes": 0}
+
+    def flush():
+        nonlocal writer
+        for f in sorted(buffers):
+            t = pa.concat_tables(buffers[f]).combine_chunks()
+            if writer is None:
+                writer = pa.ipc.new_file(tmp, t.schema)
+            for b in t.to_batches():
+                writer.write_batch(b)
+                file_of_batch.append(f)
+        buffers.clear()
+        state["bytes"] = 0
+
+    r0 = k = 0
+    try:
+        for batch in iter_batches(shard, cols, job.batch_rows):
+            r1 = r0 + batch.num_rows
+            k2 = int(np.searchsorted(seg_row, r1, side="left"))
+            table = pa.Table.from_batches([batch])
+            try:
+                rl = np.asarray(A.row_lengths(table, cols), dtype=np.int64)
+            except (ValueError, TypeError) as exc:
+                raise InputError(f"{shard.path}: rows {r0}..{r1 - 1}: {exc}") from None
+            rows = seg_row[k:k2] - r0
+            st, ln = seg_start[k:k2], seg_len[k:k2]
+            if rows.size and (st + ln > rl[rows]).any():
+                raise InputError(f"{shard.path}: the file changed while it was being packed; run again")
+            h = hashes[k:k2]
+            for c in cols:
+                offs, values = list_values(batch.column(batch.schema.get_field_index(c)))
+                a = offs[rows].astype(np.int64) + st
+                hash_into(h, a, a + ln, values)
+            if rows.size:
+                f = seg_file[k:k2]
+                order = np.argsort(f, kind="stable")
+                fs = f[order]
+                g = A.gather_packs(table, cols, rows[order], st[order], ln[order], np.arange(rows.size + 1))
+                g = g.select(cols).append_column(POS, pa.array(seg_pos[k:k2][order]))
+                cuts = np.flatnonzero(np.diff(fs)) + 1
+                bounds = np.concatenate(([0], cuts, [fs.size]))
+                for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+                    buffers.setdefault(int(fs[a]), []).append(g.slice(a, b - a))
+                state["bytes"] += g.nbytes
+                if state["bytes"] >= job.spill_bytes:
+                    flush()
+            k, r0 = k2, r1
+        if r0 != num_rows or k != nseg:
+            raise InputError(f"{shard.path}: has {r0} rows now but {num_rows} in pass 1; "
+                             "the file changed while it was being packed; run again")
+        flush()
+        if writer is not None:
+            writer.close()
+            writer = None
+            os.replace(tmp, path)
+    finally:
+        if writer is not None:
+            writer.close()
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return np.asarray(file_of_batch, dtype=np.int32), hashes, _peak()
+
+
+# --------------------------------------------------------------------------------------
+# pass 2b: assemble
+# --------------------------------------------------------------------------------------
+def assemble_task(job: Job, f: int, sources, pack_offsets, first_pos: int):
+    """Pass 2b: build output file ``f`` from its spilled batches (``sources``: pairs
+    ``(shard, batch numbers)``); ``pack_offsets`` are its packs' segment offsets and
+    ``first_pos`` the output position of its first segment."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ..formats import arrow as A
+
+    _init_worker()
+    cols = list(job.columns)
+    batches, schema = [], None
+    for s, ids in sources:
+        reader = pa.ipc.open_file(pa.memory_map(job.spill_path(s), "r"))
+        schema = reader.schema
+        batches.extend(reader.get_batch(int(b)) for b in ids)
+    n = int(pack_offsets[-1])
+    if schema is None:
+        raise PipelineError(f"internal error: no spilled data for output file {f}")
+    table = pa.Table.from_batches(batches, schema)
+    pos = table.column(POS).to_numpy()
+    order = np.argsort(pos, kind="stable")
+    if pos.size != n or not np.array_equal(pos[order], np.arange(first_pos, first_pos + n)):
+        raise PipelineError(f"internal error: output file {f} received {pos.size} segments, expected {n}; nothing was written")
+    table = table.drop_columns([POS])
+    import pyarrow.compute as pc
+
+    ln = pc.list_value_length(table.column(cols[0])).to_numpy()[order]
+    out = A.gather_packs(table, cols, order, np.zeros(n, dtype=np.int64), ln, pack_offsets)
+    del table, batches
+    out = out.combine_chunks()
+    path = job.part_path(f)
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        pq.write_table(out, tmp, **PARQUET_OPTIONS)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return (out.num_rows, n, int(ln.sum()), os.path.getsize(path)), _peak()
+
+
+# --------------------------------------------------------------------------------------
+# verify
+# --------------------------------------------------------------------------------------
+def segment_hashes(table, columns, max_sequence_length=None, max_sequences_per_pack=None, where=""):
+    """Content hashes of the segments of a packed table (``seq_lengths`` splits each row),
+    checking that ``seq_lengths`` add up to every column's row length."""
+    from ._hash import hash_into, list_values
+
+    sl = table.column("seq_lengths").combine_chunks()
+    sl_offs, seglen = list_values(sl)
+    seglen = seglen.astype(np.int64)
+    sl_offs = sl_offs.astype(np.int64)
+    nseg = seglen.size
+    per_row = np.diff(sl_offs)
+    row_of_seg = np.repeat(np.arange(per_row.size), per_row)
+    csum = np.cumsum(seglen) - seglen
+    within = csum - csum[np.minimum(sl_offs[:-1], max(nseg - 1, 0))][row_of_seg] if nseg else csum
+    tot = np.concatenate(([0], np.cumsum(seglen)))
+    tokens = tot[sl_offs[1:]] - tot[sl_offs[:-1]]
+    if (seglen < 1).any():
+        raise ValueError(f"{where}a segment is empty")
+    if max_sequence_length is not None and tokens.size and tokens.max() > max_sequence_length:
+        raise ValueError(f"{where}a packed row holds {tokens.max()} tokens > {max_sequence_length}")
+    if max_sequences_per_pack is not None and per_row.size and per_row.max() > max_sequences_per_pack:
+        raise ValueError(f"{where}a packed row holds {per_row.max()} sequences > {max_sequences_per_pack}")
+    hashes = np.zeros(nseg, dtype=np.uint64)
+    for c in columns:
+        col = table.column(c).combine_chunks()
+        offs, values = list_values(col)
+        offs = offs.astype(np.int64)
+        if not np.array_equal(np.diff(offs), tokens):
+            raise ValueError(f"{where}column {c!r}: row lengths differ from the sums of seq_lengths")
+        a = offs[:-1][row_of_seg] + within
+        hash_into(hashes, a, a + seglen, values)
+    return hashes
+
+
+def verify_task(job: Job, f: int, max_sequences_per_pack):
+    """Re-read output file ``f``; returns ``(sorted segment hashes, tokens, peak)``."""
+    import pyarrow.parquet as pq
+
+    _init_worker()
+    path = job.part_path(f)
+    table = pq.read_table(path, columns=list(job.columns) + ["seq_lengths"], use_threads=False)
+    h = segment_hashes(table, job.columns, job.max_sequence_length, max_sequences_per_pack, where=f"{path}: ")
+    tokens = int(np.asarray(table.column("seq_lengths").combine_chunks().values).sum()) if table.num_rows else 0
+    return np.sort(h), tokens, _peak()

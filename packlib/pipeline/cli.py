@@ -1,0 +1,90 @@
+"""``python -m packlib pack-dataset INPUT... --output DIR --max-sequence-length N ...``.
+
+Every expected failure prints one line ``error: ...`` on stderr and exits with status 2
+(1 when the output fails verification), with no traceback (``--debug`` shows it) and
+nothing written to the output directory.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+__all__ = ["configure_parser", "run"]
+
+
+def _positive(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
+    return v
+
+
+def _depth(text: str):
+    if text.lower() in ("none", "unlimited"):
+        return None
+    return _positive(text)
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    """Add the ``pack-dataset`` arguments to ``parser``."""
+    from .. import methods
+
+    parser.description = ("Pack Parquet files, datasets save_to_disk directories or unpacked MLPerf BERT TFRecords "
+                          "into packed Parquet files (part-NNNNN-of-NNNNN.parquet + packing_metadata.json), in "
+                          "bounded memory, on this machine or a Ray cluster. The output is the same whatever the "
+                          "engine and worker count.")
+    parser.add_argument("inputs", nargs="+", metavar="INPUT", help="Parquet / Arrow / TFRecord files, directories or globs")
+    parser.add_argument("--output", "-o", required=True, metavar="DIR", help="output directory (must not exist, or be empty)")
+    parser.add_argument("--max-sequence-length", "--seq-length", dest="max_sequence_length", type=_positive,
+                        required=True, metavar="N", help="pack capacity in tokens (--seq-length: TRL's name)")
+    parser.add_argument("--columns", nargs="+", metavar="C", help="list columns to pack together (default: every list column)")
+    parser.add_argument("--method", default="bfd", choices=list(methods.names()) + ["nnlshp"], help="packing method (default bfd)")
+    parser.add_argument("--max-sequences-per-pack", type=_depth, default=None, metavar="K",
+                        help="at most K sequences per pack (default unlimited)")
+    parser.add_argument("--overflow", choices=["truncate", "split"], default=None,
+                        help="rows longer than N: keep the first N tokens, or cut them into pieces "
+                             "(default: stop with an error naming the file and row)")
+    parser.add_argument("--engine", choices=["local", "ray"], default="local",
+                        help="local: a process pool on this machine; ray: Ray tasks (pip install 'packlib[ray]')")
+    parser.add_argument("--workers", type=_positive, default=None, metavar="N",
+                        help="worker processes (default: CPU count; with ray and no address, the local Ray's CPUs)")
+    parser.add_argument("--ray-address", default=None, metavar="ADDR", help="join this Ray cluster (e.g. auto)")
+    parser.add_argument("--rows-per-file", type=_positive, default=None, metavar="N",
+                        help="packs per output file (default: about 64 MiB of tokens per file)")
+    parser.add_argument("--seed", type=int, default=0, help="seed for the packs' order (default 0)")
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                        help="progress bars per pass (default: when stderr is a terminal)")
+    parser.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True,
+                        help="re-read the output and check every input sequence appears exactly once (default on)")
+    if not any("--debug" in a.option_strings for a in parser._actions):  # the main parser may share it
+        parser.add_argument("--debug", action="store_true", help="show tracebacks")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``pack-dataset``; returns the exit status."""
+    from . import PipelineError, VerifyError, pack_files
+
+    if args.ray_address and args.engine != "ray":
+        args.engine = "ray"
+    try:
+        result = pack_files(args.inputs, args.output, args.max_sequence_length, args.max_sequences_per_pack,
+                            columns=args.columns, method=args.method, overflow=args.overflow or "error",
+                            engine=args.engine, workers=args.workers, ray_address=args.ray_address,
+                            rows_per_file=args.rows_per_file, seed=args.seed, progress=args.progress,
+                            verify=args.verify)
+    except (PipelineError, ValueError, TypeError, OSError, MemoryError) as exc:
+        if getattr(args, "debug", False):
+            raise
+        msg = " ".join(str(exc).split()) or type(exc).__name__
+        if isinstance(exc, OSError) and getattr(exc, "filename", None) and str(exc.filename) not in msg:
+            msg = f"{exc.filename}: {msg}"
+        print(f"error: {msg}", file=sys.stderr)
+        return 1 if isinstance(exc, VerifyError) else 2
+    except KeyboardInterrupt:
+        print("error: interrupted; nothing was written", file=sys.stderr)
+        return 130
+    print(result.summary())
+    return 0
