@@ -24,3 +24,41 @@ def test_readme_gives_the_two_quick_start_commands_and_ci_runs_the_test_one():
     assert 'pip install -e ".[test]" && python -m pytest' in readme
     ci = (ROOT / ".ci" / "run").read_text()
     assert '-e ".[test]"' in ci and "-m pytest" in ci
+
+
+def _public_modules():
+    """Public modules of packlib (no ``_`` in their path, except ``__init__``)."""
+    pkg = ROOT / "packlib"
+    for p in sorted(pkg.rglob("*.py")):
+        rel = p.relative_to(pkg).parts
+        if "__pycache__" in rel or p.name == "__main__.py":
+            continue
+        if any(part.startswith("_") and part != "__init__.py" for part in rel):
+            continue
+        yield p
+
+
+def _doctest_examples(path) -> int:
+    """``>>>`` examples in the module's docstrings (read with ast: no import, so modules of
+    optional dependencies count too)."""
+    import ast
+
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    nodes = [tree] + [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+    return sum((ast.get_docstring(n, clean=False) or "").count(">>> ") for n in nodes)
+
+
+def test_every_public_module_shows_its_use_in_a_doctest():
+    """``python -m pytest`` runs the doctests of the package (``--doctest-modules packlib``),
+    so each example is checked; every public module has at least one."""
+    without = [str(p.relative_to(ROOT)) for p in _public_modules() if _doctest_examples(p) == 0]
+    assert not without, "public modules with no doctest example:\n" + "\n".join(without)
+    assert sum(_doctest_examples(p) for p in _public_modules()) >= 10
+
+
+def test_pytest_collects_the_package_doctests():
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert 'testpaths = ["tests", "packlib"]' in pyproject
+    assert 'addopts = "-ra --doctest-modules"' in pyproject
+    assert 'empty_parameter_set_mark = "fail_at_collect"' in pyproject
+    assert "--durations=15" in (ROOT / ".ci" / "run").read_text()
