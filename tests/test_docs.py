@@ -10,7 +10,7 @@ def test_quickstart_example_runs_top_to_bottom(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     runpy.run_path(str(ROOT / "docs" / "examples" / "quickstart.py"), run_name="__main__")
     out = capsys.readouterr().out
-    assert "PackingPlan[nnlshp]" in out and "first pack:" in out
+    assert "PackingPlan[nnls]" in out and "first pack:" in out
 
 
 def test_api_reference_is_up_to_date():
