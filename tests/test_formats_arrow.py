@@ -144,15 +144,10 @@ def test_pack_table_properties(tl, overflow, method, depth, position_ids):
        st.sampled_from([None, 2, 3]), st.integers(0, 2**64 - 1))
 def test_histogram_methods(tl, overflow, method, depth, seed):
     table, L = tl
-    if depth is not None and depth >= L:
-        depth = None          # see test_histogram_method_depth_at_least_capacity
     packed = A.pack_table(table, L, method=method, max_sequences_per_pack=depth, overflow=overflow, seed=seed)
     _check_packed(table, packed, L, overflow, method=method, depth=depth, seed=seed)
 
 
-@pytest.mark.xfail(reason="packlib.methods.pack passes the depth positionally to the histogram packers, whose "
-                          "0.1-compatibility shim reads a depth >= the histogram size as max_sequence_length",
-                   strict=False)
 def test_histogram_method_depth_at_least_capacity():
     table = _make_table([1, 1, 1])
     packed = A.pack_table(table, 1, method="nnls", max_sequences_per_pack=2)

@@ -52,36 +52,41 @@ def group_by_chunk(row, start, length, out_pos, bounds):
     return local_row, g_start, g_length, g_out, ptr
 
 
+# Indices are cast to uint64 (all are non-negative, checked by the callers): numba then
+# skips negative-index wraparound, and the copy loops vectorise (measured 100k segments of
+# ~150 tokens: int8 68 -> 7 ms, int32 55 -> 29 ms, int64 78 -> 45 ms).
+
+
 @jit
 def gather_values(values, offsets, local_row, start, length, out_pos, out):
     """``out[out_pos[k] : out_pos[k] + length[k]] = values[offsets[local_row[k]] + start[k] : ... + length[k]]``."""
     for k in range(local_row.size):
-        src = offsets[local_row[k]] + start[k]
-        dst = out_pos[k]
-        for j in range(length[k]):
+        src = np.uint64(offsets[np.uint64(local_row[k])] + start[k])
+        dst = np.uint64(out_pos[k])
+        for j in range(np.uint64(length[k])):
             out[dst + j] = values[src + j]
 
 
 @jit
-def segment_positions(length, total):
-    """Positions ``0 .. length[k] - 1`` of every segment, laid end to end (int64, ``total``)."""
-    out = np.empty(total, np.int64)
-    o = 0
+def segment_positions(length, out):
+    """Fill ``out`` with positions ``0 .. length[k] - 1`` of every segment, laid end to end."""
+    o = np.uint64(0)
     for k in range(length.size):
-        for j in range(length[k]):
+        n = np.uint64(length[k])
+        for j in range(n):
             out[o + j] = j
-        o += length[k]
-    return out
+        o += n
 
 
 @jit
 def token_index(row_value_start, row, start, length, total):
     """The index of every output token in the concatenated value arrays (for ``take``)."""
     out = np.empty(total, np.int64)
-    o = 0
+    o = np.uint64(0)
     for k in range(row.size):
-        src = row_value_start[row[k]] + start[k]
-        for j in range(length[k]):
-            out[o + j] = src + j
-        o += length[k]
+        src = row_value_start[np.uint64(row[k])] + start[k]
+        n = np.uint64(length[k])
+        for j in range(n):
+            out[o + j] = src + np.int64(j)
+        o += n
     return out

@@ -334,6 +334,17 @@ def _values_view(values, dtype) -> np.ndarray:
     return np.frombuffer(buf, dtype=dtype, count=values.offset + len(values))[values.offset:]
 
 
+def _arrow_empty(n: int, dtype):
+    """An uninitialised buffer from pyarrow's memory pool and a writable numpy view of it.
+
+    The pool (mimalloc / jemalloc) keeps freed memory for reuse, so repeated packing does not
+    page-fault its output in afresh as numpy's allocations do (measured: a 200 MB output
+    touched in 1-50 ms from the pool, 50-450 ms from numpy, on this shared machine)."""
+    pa = _pyarrow()
+    buf = pa.allocate_buffer(n * np.dtype(dtype).itemsize)
+    return buf, np.frombuffer(buf, dtype=dtype, count=n)
+
+
 def _cuts(cum: np.ndarray, limit: int) -> list:
     """Pack boundaries ``[0, ..., P]`` of output chunks whose cumulative count ``cum``
     (``P + 1`` values from 0) stays within ``limit`` per chunk."""
@@ -373,7 +384,7 @@ def _gather_values(column, row, start, length, out_pos, total, layouts: dict):
     value_type = column.type.value_type
     dtype = _fast_dtype(value_type)
     if dtype is not None and not any(ch.values.null_count for ch in chunks):
-        out = np.empty(total, dtype)
+        buf, out = _arrow_empty(total, dtype)
         if row.size:
             if len(chunks) == 1:
                 ch = chunks[0]
@@ -389,7 +400,7 @@ def _gather_values(column, row, start, length, out_pos, total, layouts: dict):
                     if a < b:
                         gather_values(_values_view(ch.values, dtype), ch.offsets.to_numpy(),
                                       lr[a:b], st[a:b], ln[a:b], op[a:b], out)
-        return pa.Array.from_buffers(value_type, total, [None, pa.py_buffer(out)])
+        return pa.Array.from_buffers(value_type, total, [None, buf])
     # any other value type (bool, strings, nested, nulls inside lists): pyarrow's take
     import pyarrow.compute as pc
 
@@ -430,7 +441,9 @@ def _gather(table, columns, row, start, length, pack_offsets, position_ids: bool
     fields.append(pa.field(SEQ_LENGTHS, sl_type))
     if position_ids:
         pos_type = pa.large_list(pa.int64()) if large else pa.list_(pa.int64())
-        arrays.append(_list_column(pos_type, pa.array(segment_positions(length, total)), tok_off, cuts))
+        buf, pos = _arrow_empty(total, np.int64)
+        segment_positions(length, pos)
+        arrays.append(_list_column(pos_type, pa.Array.from_buffers(pa.int64(), total, [None, buf]), tok_off, cuts))
         fields.append(pa.field(POSITION_IDS, pos_type))
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
