@@ -42,8 +42,8 @@ _EXPORTS = {
     "pack_stream": "bucketing",
     "Batches": "bucketing",
     "PackStream": "bucketing",
-    "compare": "compare",
-    "ComparisonTable": "compare",
+    "compare": "comparison",
+    "ComparisonTable": "comparison",
 }
 _SUBMODULES = ("datasets", "formats", "methods", "plot", "torch")
 
@@ -72,7 +72,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
     from ._warmup import warmup  # noqa: F401
     from .blending import BlendedIndex, blend, blend_exhaustive  # noqa: F401
     from .bucketing import Batches, BucketedReadaheadBatchIterator, PackStream, bucket, pack_stream  # noqa: F401
-    from .compare import ComparisonTable, compare  # noqa: F401
+    from .comparison import ComparisonTable, compare  # noqa: F401
     from .optimal import LowerBound, lower_bound, optimal_pack  # noqa: F401
     from .packing import (  # noqa: F401
         PackingPlan,

@@ -2,6 +2,13 @@
 
 Every expected failure (bad input, a missing or unwritable file) is one line on stderr,
 ``error: ...``, and exit status 2 (a failed verify: 1); ``--debug`` shows the traceback.
+
+>>> from packlib.cli import main
+>>> main(["pack", "--method", "lpfhp", "--max-sequences-per-pack", "3"])  # doctest: +ELLIPSIS
+PackingPlan[lpfhp]: 16,279,552 sequences -> 9,090,154 packs of 512 tokens (max 3 per pack, ...
+0
+>>> main(["pack", "--histogram", "no/such/file.txt"])
+2
 """
 from __future__ import annotations
 
@@ -60,7 +67,7 @@ def _load_histogram(path):
 
 
 def _demo(args) -> int:
-    from .compare import compare
+    from .comparison import compare
 
     h, source = _load_histogram(args.histogram)
     n, tokens, L = int(h.sum()), int((h * np.arange(1, h.size + 1)).sum()), h.size

@@ -3,6 +3,13 @@
 Every function draws on the given matplotlib ``Axes`` (or a new figure's) and returns it,
 so plots compose with the rest of a user's figure. matplotlib is imported only here, and
 only when a function is called.
+
+>>> import matplotlib
+>>> matplotlib.use("Agg")
+>>> import packlib
+>>> ax = packlib.plot.histogram(packlib.datasets.wikipedia_512(), log=True)
+>>> ax.get_xlabel(), ax.get_ylabel()
+('sequence length (tokens)', 'count')
 """
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""Side-by-side comparison of packing methods on one histogram."""
+"""Side-by-side comparison of packing methods on one histogram: :func:`packlib.compare`.
+
+(The module is ``comparison``, not ``compare``, so that importing it can never replace the
+function ``packlib.compare`` with a module of the same name.)
+"""
 from __future__ import annotations
 
 import html
