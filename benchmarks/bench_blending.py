@@ -121,7 +121,7 @@ def main():
     out_s.fill(0)
     from packlib._kernels.blend import shuffled_fill
     from packlib._kernels.blend_smooth import smooth_fill
-    from packlib.blending import _feistel_params
+    from packlib.blending._feistel import feistel_params as _feistel_params
 
     p = _feistel_params(counts, n_big, 1)
     rows = {

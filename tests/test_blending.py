@@ -300,7 +300,7 @@ def test_deterministic(method):
     ],
 )
 def test_bad_input(weights, size, method):
-    with pytest.raises(ValueError):
+    with pytest.raises((ValueError, TypeError)):
         packlib.blend(weights, size, method)
 
 
@@ -309,8 +309,8 @@ def test_bad_input_other():
         packlib.blend([1, 2], 10, "megatron", materialize=False)
     with pytest.raises(ValueError):
         packlib.blend([1, 2], 10, "shuffled", seed=-1)
-    for sizes in ([0, 0], [1, -1], [1.5], []):
-        with pytest.raises(ValueError):
+    for sizes in ([0, 0], [1, -1], [1.5], [], [2**63 - 1, 2**63 - 1, 3], [True]):
+        with pytest.raises((ValueError, TypeError)):
             packlib.blend_exhaustive(sizes)
 
 
@@ -384,11 +384,11 @@ def test_repr_and_dict():
 
 @pytest.mark.parametrize("method", METHODS)
 def test_progress_chunks_give_the_same_index(monkeypatch, method):
-    import packlib.blending as pb
+    import packlib.blending._common as pb
 
     w = np.random.default_rng(2).lognormal(size=300)
     plain = packlib.blend(w, 5000, method, seed=2, progress=False)
-    monkeypatch.setattr(pb, "_CHUNK", 777)  # many kernel calls, boundaries mid-block
+    monkeypatch.setattr(pb, "CHUNK", 777)  # many kernel calls, boundaries mid-block
     chunked = packlib.blend(w, 5000, method, seed=2, progress=True)
     assert np.array_equal(plain.dataset_index, chunked.dataset_index)
     assert np.array_equal(plain.dataset_sample_index, chunked.dataset_sample_index)
@@ -397,17 +397,18 @@ def test_progress_chunks_give_the_same_index(monkeypatch, method):
 def test_shuffled_threads_and_chunks_agree(monkeypatch):
     """Big builds split over threads (and progress chunks); the result must not depend
     on the split, and slices must still equal the full index."""
-    import packlib.blending as B
+    import packlib.blending._common as B
+    from packlib.blending._feistel import shuffled_range
 
     w = np.random.default_rng(3).lognormal(0, 2, 300)
     n = 3_000_001
     full = packlib.blend(w, n, "shuffled", seed=5)
-    assert B._worker_count(n) >= 1
-    monkeypatch.setattr(B, "_worker_count", lambda n: 1)
-    monkeypatch.setattr(B, "_CHUNK", 1 << 20)
+    assert B.worker_count(n) >= 1
+    monkeypatch.setattr(B, "worker_count", lambda n: 1)
+    monkeypatch.setattr(B, "CHUNK", 1 << 20)
     one = packlib.blend(w, n, "shuffled", seed=5, progress=False)
-    chunked = B._shuffled_range(full.counts, n, 5, 0, n, progress=True)
-    monkeypatch.setattr(B, "_worker_count", lambda n: 3)
+    chunked = shuffled_range(full.counts, n, 5, 0, n, progress=True)
+    monkeypatch.setattr(B, "worker_count", lambda n: 3)
     three = packlib.blend(w, n, "shuffled", seed=5)
     for other in (one, three):
         assert np.array_equal(full.dataset_index, other.dataset_index)
@@ -424,11 +425,12 @@ def test_smooth_two_threads_equal_one(monkeypatch):
     """The two-thread smooth build hands blocks between threads; the index must be the
     single-kernel one exactly, over many blocks and with a short last block (and with a
     progress bar, which the block-by-block build drives)."""
-    import packlib.blending as B
+    import packlib.blending._common as B
+    import packlib.blending._smooth as BS
     from packlib._kernels.blend_smooth import smooth_fill
 
-    monkeypatch.setattr(B, "_worker_count", lambda n: 2)
-    monkeypatch.setattr(B, "_SMOOTH_THREADED_FROM", 1)
+    monkeypatch.setattr(B, "worker_count", lambda n: 2)
+    monkeypatch.setattr(BS, "THREADED_FROM", 1)
     rng = np.random.default_rng(8)
     cases = ((rng.lognormal(0, 1, 1000), 1_000_003), (rng.lognormal(0, 3, 50), 300_001), ([1.0, 2.0], 5))
     for (w, n), progress in zip(cases, (False, True, False)):
@@ -444,10 +446,11 @@ def test_smooth_two_threads_equal_one(monkeypatch):
 def test_smooth_two_threads_surface_errors(monkeypatch):
     """A failure in the job-producing thread is raised in the caller, not a hang."""
     import packlib._kernels.blend_smooth as KS
-    import packlib.blending as B
+    import packlib.blending._common as B
+    import packlib.blending._smooth as BS
 
-    monkeypatch.setattr(B, "_worker_count", lambda n: 2)
-    monkeypatch.setattr(B, "_SMOOTH_THREADED_FROM", 1)
+    monkeypatch.setattr(B, "worker_count", lambda n: 2)
+    monkeypatch.setattr(BS, "THREADED_FROM", 1)
 
     def broken(*args):
         raise MemoryError("simulated")
@@ -459,9 +462,9 @@ def test_smooth_two_threads_surface_errors(monkeypatch):
 
 def test_smooth_progress_one_thread_equal(monkeypatch):
     """With one CPU, a progress bar makes the build go block by block from Python."""
-    import packlib.blending as B
+    import packlib.blending._common as B
 
-    monkeypatch.setattr(B, "_worker_count", lambda n: 1)
+    monkeypatch.setattr(B, "worker_count", lambda n: 1)
     w = np.random.default_rng(9).lognormal(0, 1, 300)
     a = packlib.blend(w, 400_001, "smooth", progress=True)
     b = packlib.blend(w, 400_001, "smooth", progress=False)
