@@ -127,7 +127,8 @@ def test_fast_highs_path_is_taken(monkeypatch):
             made.append(self)
 
     monkeypatch.setattr(optimal, "_Master", Recorded)
-    packlib.lower_bound(packlib.datasets.wikipedia_512(), max_sequences_per_pack=3)
+    h = np.array([3, 5, 3, 4, 4, 0, 3, 2, 1, 2, 2, 2, 4, 4])  # the heuristics miss the bound: LP needed
+    packlib.lower_bound(h, max_sequence_length=h.size, max_sequences_per_pack=3)
     assert made, "lower_bound built no master LP: this test no longer sees the LP path"
     assert all(m.highs is not None for m in made), "HiGHS bindings unavailable: the slow linprog path was taken"
 
