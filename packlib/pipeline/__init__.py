@@ -224,7 +224,7 @@ def pack_files(inputs, output, max_sequence_length=None, max_sequences_per_pack=
     from .. import methods
     from .._validate import as_capacity, as_depth, as_positive_int, as_seed
     from ..formats import arrow as A
-    from ._tasks import Job, assemble_task, lengths_task, spill_task, verify_task
+    from ._tasks import Job, assemble_task, lengths_task, spill_task, type_key, verify_task
     from .readers import expand_inputs, read_schema
 
     t_start = time.perf_counter()
@@ -256,7 +256,7 @@ def pack_files(inputs, output, max_sequence_length=None, max_sequences_per_pack=
     except (ValueError, TypeError) as exc:
         raise InputError(f"{shards[0].path}: {exc}") from None
     left_out = tuple(n for n in schema0.names if n not in cols)
-    types = tuple(str(schema0.field(c).type) for c in cols)
+    types = tuple(type_key(schema0.field(c).type) for c in cols)
 
     work = os.path.join(os.path.dirname(out), f".{os.path.basename(out)}.tmp-{uuid.uuid4().hex[:12]}")
     os.makedirs(os.path.join(work, "_spill"))
@@ -297,7 +297,7 @@ def pack_files(inputs, output, max_sequence_length=None, max_sequences_per_pack=
         P = shuffled.num_packs
         R = rows_per_file or max(1, _FILE_TARGET_BYTES // (L * _token_bytes(schema0, cols)))
         F = -(-P // R)
-        job = replace(job, num_files=F)
+        job = replace(job, num_files=F, row_group_rows=max(1, min(R, (16 << 20) // (L * _token_bytes(schema0, cols)))))
         pos_of_seg = np.empty(N, dtype=np.int64)
         pos_of_seg[shuffled.indices] = np.arange(N, dtype=np.int64)
         file_of_pos = (np.repeat(np.arange(P, dtype=np.int64), shuffled.pack_sizes) // R).astype(np.int32)
@@ -327,6 +327,9 @@ def pack_files(inputs, output, max_sequence_length=None, max_sequences_per_pack=
                 for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
                     sources[int(fs[a])].append((s, order[a:b]))
         del res
+        for s in range(S):
+            if os.path.exists(job.cache_path(s)):
+                os.remove(job.cache_path(s))
         seconds["spill"] = time.perf_counter() - t0
 
         # ---- pass 2b: assemble -------------------------------------------------------

@@ -29,7 +29,9 @@ class LocalEngine:
             ctx = mp.get_context(method)
             if method == "forkserver":
                 ctx.set_forkserver_preload(["packlib.pipeline._tasks"])
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=ctx)
+            from ._tasks import worker_init
+
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=ctx, initializer=worker_init)
         return self._pool
 
     def map(self, fn, tasks, desc: str, progress=None, unit: str = "task"):

@@ -40,7 +40,7 @@ class RayEngine:
                 root = os.path.dirname(os.path.dirname(os.path.abspath(packlib.__file__)))
                 path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
                 ray.init(num_cpus=int(workers) if workers else None, include_dashboard=False, log_to_driver=False,
-                         runtime_env={"env_vars": {"PYTHONPATH": path}})
+                         runtime_env={"env_vars": {"PYTHONPATH": path, "PACKLIB_PIPELINE_WORKER": "1"}})
             self._started = True
         self.workers = int(ray.available_resources().get("CPU", 1)) if workers is None else int(workers)
         self._remotes = {}

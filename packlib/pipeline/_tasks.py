@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._errors import InputError, PipelineError
-from .readers import Shard, iter_batches, read_lengths, read_schema
+from .readers import Shard, iter_batches, read_schema
 
 POS = "__packlib_position"
 PARQUET_OPTIONS = dict(compression="snappy", use_dictionary=False, write_statistics=False)
@@ -35,11 +35,14 @@ class Job:
     overflow: str  # "truncate", "split" or "error"
     workdir: str  # the temporary output directory
     num_files: int
-    batch_rows: int = 8192
     spill_bytes: int = 32 << 20
+    row_group_rows: int = 1024  # packs per Parquet row group of the output
 
     def spill_path(self, shard: int) -> str:
         return os.path.join(self.workdir, "_spill", f"shard-{shard:05d}.arrow")
+
+    def cache_path(self, shard: int) -> str:
+        return os.path.join(self.workdir, "_spill", f"input-{shard:05d}.arrow")
 
     def part_name(self, f: int) -> str:
         return f"part-{f:05d}-of-{self.num_files:05d}.parquet"
@@ -53,35 +56,86 @@ def _peak() -> tuple[int, int]:
     return os.getpid(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def _init_worker() -> None:
-    """Return freed memory to the OS promptly (the peak-memory figures count resident pages)."""
-    try:
-        import pyarrow as pa
+_IN_WORKER = {"on": False}
 
-        pa.jemalloc_set_decay_ms(0)
-    except Exception:  # noqa: BLE001 - not built with jemalloc
-        pass
+
+def worker_init() -> None:
+    """Set up a worker process: pyarrow allocates from the system allocator, which returns
+    large freed blocks to the OS at once (mimalloc and jemalloc keep them, so a worker's
+    resident memory would stay at its largest batch)."""
+    _IN_WORKER["on"] = True
+    import pyarrow as pa
+
+    pa.set_memory_pool(pa.system_memory_pool())
+
+
+def _init_worker() -> None:
+    if not _IN_WORKER["on"] and os.environ.get("PACKLIB_PIPELINE_WORKER") == "1":
+        worker_init()
 
 
 # --------------------------------------------------------------------------------------
 # pass 1
 # --------------------------------------------------------------------------------------
+def type_key(t) -> str:
+    """A list column's type, ignoring the name of its item field (Parquet says ``element``)."""
+    import pyarrow as pa
+
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return f"{'large_list' if pa.types.is_large_list(t) else 'list'}<{t.value_type}>"
+    return str(t)
+
+
 def check_schema(job: Job, shard: Shard, schema) -> None:
     for c, t in zip(job.columns, job.column_types):
         if c not in schema.names:
             raise InputError(f"{shard.path}: no column {c!r} (it has {', '.join(schema.names)}); "
                              "pass --columns naming columns every input has")
-        if str(schema.field(c).type) != t:
-            raise InputError(f"{shard.path}: column {c!r} is {schema.field(c).type}, but {t} in the first input; "
+        if type_key(schema.field(c).type) != t:
+            raise InputError(f"{shard.path}: column {c!r} is {type_key(schema.field(c).type)}, but {t} in the first input; "
                              "give inputs with one schema")
 
 
 def lengths_task(job: Job, i: int):
-    """Pass 1: the row lengths of shard ``i`` (int32), checked against the capacity."""
+    """Pass 1: the row lengths of shard ``i`` (int32), checked against the capacity.
+
+    Parquet and TFRecord shards are also copied (selected columns only) into an
+    uncompressed Arrow IPC file, which pass 2 reads far faster than decoding them again."""
+    import pyarrow as pa
+
+    from ..formats import arrow as A
+
     _init_worker()
     shard = job.shards[i]
     check_schema(job, shard, read_schema(shard))
-    lengths = read_lengths(shard, job.columns[0])
+    cols = list(job.columns)
+    cache = shard.kind in ("parquet", "tfrecord")
+    path = job.cache_path(i)
+    tmp = f"{path}.tmp{os.getpid()}"
+    writer, parts, r0 = None, [np.zeros(0, dtype=np.int64)], 0
+    try:
+        for batch in iter_batches(shard, cols):
+            try:
+                parts.append(np.asarray(A.row_lengths(batch, cols), dtype=np.int64))
+            except (ValueError, TypeError) as exc:
+                raise InputError(f"{shard.path}: rows {r0}..{r0 + batch.num_rows - 1}: {exc}") from None
+            r0 += batch.num_rows
+            if cache:
+                if writer is None:
+                    writer = pa.ipc.new_file(tmp, batch.schema)
+                writer.write_batch(batch)
+        if cache:
+            if writer is None:
+                writer = pa.ipc.new_file(tmp, pa.schema([read_schema(shard).field(c) for c in cols]))
+            writer.close()
+            writer = None
+            os.replace(tmp, path)
+    finally:
+        if writer is not None:
+            writer.close()
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    lengths = np.concatenate(parts)
     L = job.max_sequence_length
     if job.overflow == "error" and lengths.size and lengths.max() > L:
         r = int(np.flatnonzero(lengths > L)[0])
@@ -132,7 +186,8 @@ def spill_task(job: Job, i: int, num_rows: int, seg_row, seg_start, seg_len, seg
 
     r0 = k = 0
     try:
-        for batch in iter_batches(shard, cols, job.batch_rows):
+        source = Shard(job.cache_path(i), "arrow-file") if shard.kind in ("parquet", "tfrecord") else shard
+        for batch in iter_batches(source, cols):
             r1 = r0 + batch.num_rows
             k2 = int(np.searchsorted(seg_row, r1, side="left"))
             table = pa.Table.from_batches([batch])
@@ -195,7 +250,7 @@ def assemble_task(job: Job, f: int, sources, pack_offsets, first_pos: int):
     cols = list(job.columns)
     batches, schema = [], None
     for s, ids in sources:
-        reader = pa.ipc.open_file(pa.memory_map(job.spill_path(s), "r"))
+        reader = pa.ipc.open_file(pa.OSFile(job.spill_path(s), "r"))
         schema = reader.schema
         batches.extend(reader.get_batch(int(b)) for b in ids)
     n = int(pack_offsets[-1])
@@ -216,7 +271,7 @@ def assemble_task(job: Job, f: int, sources, pack_offsets, first_pos: int):
     path = job.part_path(f)
     tmp = f"{path}.tmp{os.getpid()}"
     try:
-        pq.write_table(out, tmp, **PARQUET_OPTIONS)
+        pq.write_table(out, tmp, row_group_size=job.row_group_rows, **PARQUET_OPTIONS)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -265,9 +320,16 @@ def verify_task(job: Job, f: int, max_sequences_per_pack):
     """Re-read output file ``f``; returns ``(sorted segment hashes, tokens, peak)``."""
     import pyarrow.parquet as pq
 
+    import pyarrow as pa
+
     _init_worker()
     path = job.part_path(f)
-    table = pq.read_table(path, columns=list(job.columns) + ["seq_lengths"], use_threads=False)
-    h = segment_hashes(table, job.columns, job.max_sequence_length, max_sequences_per_pack, where=f"{path}: ")
-    tokens = int(np.asarray(table.column("seq_lengths").combine_chunks().values).sum()) if table.num_rows else 0
-    return np.sort(h), tokens, _peak()
+    hashes = [np.zeros(0, dtype=np.uint64)]
+    with pq.ParquetFile(path, pre_buffer=False) as pf:
+        for b in pf.iter_batches(batch_size=job.row_group_rows, columns=list(job.columns) + ["seq_lengths"],
+                                 use_threads=False):
+            hashes.append(segment_hashes(pa.Table.from_batches([b]), job.columns, job.max_sequence_length,
+                                         max_sequences_per_pack, where=f"{path}: "))
+    h = np.concatenate(hashes)
+    h.sort()
+    return h, _peak()

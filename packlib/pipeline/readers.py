@@ -151,12 +151,26 @@ _EMPTY_TFRECORD_SCHEMA = None
 
 
 def _open_ipc(shard: Shard):
+    # read into heap buffers batch by batch (not memory-mapped: mapped pages would stay
+    # resident in the worker until the whole file is done)
     import pyarrow as pa
 
-    source = pa.memory_map(shard.path, "r")
+    source = pa.OSFile(shard.path, "r")
     if shard.kind == "arrow-file":
         return pa.ipc.open_file(source)
     return pa.ipc.open_stream(source)
+
+
+_BATCH_BYTES = 16 << 20  # about this many bytes of a shard in memory at a time
+
+
+def _parquet_batch_rows(f, batch_rows):
+    md = f.metadata
+    rows = sum(md.row_group(i).num_rows for i in range(md.num_row_groups))
+    size = sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups))
+    if rows and size:
+        return max(16, min(batch_rows, int(_BATCH_BYTES * rows / size)))
+    return batch_rows
 
 
 def read_schema(shard: Shard):
@@ -173,14 +187,15 @@ def read_schema(shard: Shard):
         raise _wrap(shard, exc) from None
 
 
-def iter_batches(shard: Shard, columns, batch_rows: int = 8192):
+def iter_batches(shard: Shard, columns, batch_rows: int = 65536):
     """Record batches (pyarrow) of the given columns of a shard, in row order."""
     try:
         if shard.kind == "parquet":
             import pyarrow.parquet as pq
 
-            with pq.ParquetFile(shard.path) as f:
-                yield from f.iter_batches(batch_size=batch_rows, columns=list(columns), use_threads=False)
+            with pq.ParquetFile(shard.path, pre_buffer=False) as f:
+                rows = _parquet_batch_rows(f, batch_rows)
+                yield from f.iter_batches(batch_size=rows, columns=list(columns), use_threads=False)
         elif shard.kind in ("arrow-stream", "arrow-file"):
             reader = _open_ipc(shard)
             if shard.kind == "arrow-file":
@@ -189,8 +204,7 @@ def iter_batches(shard: Shard, columns, batch_rows: int = 8192):
                 batches = iter(reader)
             for b in batches:
                 b = b.select(list(columns))
-                for a in range(0, b.num_rows, batch_rows):
-                    yield b.slice(a, batch_rows)
+                yield b
         else:
             t = _bert_table(shard).select(list(columns))
             for b in t.to_batches(max_chunksize=batch_rows):
@@ -208,6 +222,6 @@ def read_lengths(shard: Shard, column: str) -> np.ndarray:
     import pyarrow.compute as pc
 
     parts = [np.zeros(0, dtype=np.int64)]
-    for b in iter_batches(shard, [column], batch_rows=65536):
+    for b in iter_batches(shard, [column]):
         parts.append(pc.fill_null(pc.list_value_length(b.column(0)), 0).to_numpy().astype(np.int64))
     return np.concatenate(parts)
