@@ -139,7 +139,7 @@ def test_fast_highs_path_is_taken(monkeypatch):
 # them, each with the reason
 NOT_WARMED: dict[str, str] = {}
 
-# the kernels of blend(method="smooth") on two threads (blending._smooth_blocks)
+# the kernels of blend(method="smooth") on two threads (packlib/blending/_smooth.py)
 SMOOTH_THREADED = [f"blend_smooth.{k}" for k in ("smooth_setup", "block_deadlines", "block_jobs", "place_block", "finish")]
 
 # kernels called from Python in a way the scan below cannot see
