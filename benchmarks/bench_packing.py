@@ -109,7 +109,7 @@ def compile_costs(tmp):
         "h=packlib.datasets.wikipedia_512(); t=time.perf_counter(); "
         "[f(h, 3) for f in (packlib.spfhp_pack, packlib.lpfhp_pack, packlib.nnls_pack)]; "
         "packlib.bfd_pack([3, 4], 8); packlib.ffd_pack([3, 4], 8); "
-        "packlib.lpfhp_pack([1, 1], 3).assign([1, 2]); print(ti, time.perf_counter()-t)"
+        "packlib.lpfhp_pack([1, 1], max_sequences_per_pack=3).assign([1, 2]); print(ti, time.perf_counter()-t)"
     )
     rows = []
     for label in ("cold cache", "warm cache"):
@@ -137,13 +137,13 @@ def main():
     # histogram packers
     for name, pack, longest in (("SPFHP", packlib.spfhp_pack, False), ("LPFHP", packlib.lpfhp_pack, True)):
         for depth in (3, None):
-            t, plan = timed(lambda: pack(h, depth), 20)
+            t, plan = timed(lambda: pack(h, max_sequences_per_pack=depth), 20)
             tb, ref = timed(lambda: naive.greedy_histogram_pack(h.tolist(), L, depth, longest), 3)
             assert sum(ref[1]) == plan.num_packs
             rows.append((f"{name} Wikipedia depth {depth or 'unlimited'}", t, tb, "plain Python", f"{plan.num_packs:,} packs"))
 
     for depth in (3, None):
-        t, plan = timed(lambda: packlib.nnls_pack(h, depth), 5)
+        t, plan = timed(lambda: packlib.nnls_pack(h, max_sequences_per_pack=depth), 5)
         tb = ref_packs = None
         if depth == 3 and not args.quick:
             tb, ref_packs = timed(lambda: reference_nnlshp(h.astype(float), L, 3), 1)
@@ -155,7 +155,7 @@ def main():
 
     # assign: 16.3 M lengths drawn from the histogram
     lengths = naive.lengths_from_histogram(h, seed=0)
-    plan = packlib.nnls_pack(h, 3)
+    plan = packlib.nnls_pack(h, max_sequences_per_pack=3)
     t, packs = timed(lambda: plan.assign(lengths, seed=0), 5)
     tb, _ = timed(lambda: numpy_assign(plan, lengths, 0), 2)
     rows.append((f"assign {lengths.size / 1e6:.1f} M lengths", t, tb, "numpy sort + gather", f"{packs.num_packs:,} packs"))
@@ -193,8 +193,8 @@ def scaling(max_lengths=(256, 512, 1024, 2048)):
         x = np.random.default_rng(0).lognormal(np.log(L / 4), 0.9, 1_000_000)
         h = packlib.histogram(np.clip(np.rint(x), 1, L).astype(np.int64), L)
         for depth in (3, None):
-            t, plan = timed(lambda: packlib.nnls_pack(h, depth), 1)
-            lp = packlib.lpfhp_pack(h, depth)
+            t, plan = timed(lambda: packlib.nnls_pack(h, max_sequences_per_pack=depth), 1)
+            lp = packlib.lpfhp_pack(h, max_sequences_per_pack=depth)
             print(f"| {L} | {depth or 'unlimited'} | {plan.num_packs:,} | {lp.num_packs:,} | "
                   f"{-(-plan.num_tokens // L):,} | {fmt(t)} |", flush=True)
 
@@ -208,9 +208,9 @@ def status(key):
     for line in open('/proc/self/status'):
         if line.startswith(key):
             return int(line.split()[1]) * 1024
-h = packlib.datasets.wikipedia_512(); plan = packlib.nnls_pack(h, 3)
+h = packlib.datasets.wikipedia_512(); plan = packlib.nnls_pack(h, max_sequences_per_pack=3)
 lengths = np.repeat(np.arange(1, 513), h); np.random.default_rng(0).shuffle(lengths)
-packlib.lpfhp_pack([1, 1], 3).assign([1, 2])
+packlib.lpfhp_pack([1, 1], max_sequences_per_pack=3).assign([1, 2])
 open('/proc/self/clear_refs', 'w').write('5')
 r0 = status('VmRSS:'); p = plan.assign(lengths); r1 = status('VmHWM:')
 print((r1 - r0) / 8 / lengths.size)

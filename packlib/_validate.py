@@ -63,7 +63,7 @@ def _shown(value) -> str:
 # --------------------------------------------------------------------------- scalars
 
 
-def as_int(value, name: str, *, minimum: int | None = None, maximum: int | None = MAX_INT) -> int:
+def as_int(value, name: str, *, minimum: int | None = None, maximum: int | None = MAX_INT, hint: str = "") -> int:
     """An exact integer in ``[minimum, maximum]`` (``bool`` and floats are refused).
 
     >>> as_int(3, "depth", minimum=1)
@@ -86,13 +86,14 @@ def as_int(value, name: str, *, minimum: int | None = None, maximum: int | None 
     if minimum is not None and value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
     if maximum is not None and value > maximum:
-        raise ValueError(f"{name} = {value} is too large: at most {maximum:,} (2**{maximum.bit_length() - 1}) is supported")
+        power = f" (2**{maximum.bit_length() - 1})" if maximum & (maximum - 1) == 0 else ""
+        raise ValueError(f"{name} = {value} is too large: at most {maximum:,}{power} is supported" + (f"; {hint}" if hint else ""))
     return value
 
 
-def as_positive_int(value, name: str, *, maximum: int | None = MAX_INT) -> int:
+def as_positive_int(value, name: str, *, maximum: int | None = MAX_INT, hint: str = "") -> int:
     """A whole number ``>= 1``."""
-    return as_int(value, name, minimum=1, maximum=maximum)
+    return as_int(value, name, minimum=1, maximum=maximum, hint=hint)
 
 
 def as_nonnegative_int(value, name: str, *, maximum: int | None = MAX_INT) -> int:

@@ -620,7 +620,8 @@ def histogram(lengths, max_sequence_length: int) -> np.ndarray:
     -------
     int64 ndarray of shape ``(max_sequence_length,)``
     """
-    L = as_positive_int(max_sequence_length, "max_sequence_length")
+    L = as_positive_int(max_sequence_length, "max_sequence_length", maximum=MAX_HISTOGRAM_LENGTH,
+                        hint="a histogram has one count per length; pack longer sequences with bfd_pack / ffd_pack")
     lens = as_lengths(lengths, L)
     return np.bincount(lens, minlength=L + 1)[1:].astype(np.int64, copy=False)
 
@@ -659,8 +660,9 @@ def _histogram_args(hist, max_sequence_length, max_sequences_per_pack):
     if h.size > MAX_HISTOGRAM_LENGTH:
         raise ValueError(f"histogram has {h.size:,} lengths, above the supported {MAX_HISTOGRAM_LENGTH:,}; "
                          "pack sequences that long per sequence (bfd_pack / ffd_pack)")
-    L = h.size if max_sequence_length is None else as_positive_int(max_sequence_length, "max_sequence_length",
-                                                                    maximum=MAX_HISTOGRAM_LENGTH)
+    L = h.size if max_sequence_length is None else as_positive_int(
+        max_sequence_length, "max_sequence_length", maximum=MAX_HISTOGRAM_LENGTH,
+        hint="histogram packers work over every length up to it; pack longer sequences with bfd_pack / ffd_pack")
     if L < h.size:
         nz = np.flatnonzero(h[L:])
         if nz.size:
