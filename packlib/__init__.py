@@ -8,9 +8,9 @@ bucketing, and adapters to the formats trainers read.
 >>> plan = packlib.nnls_pack(packlib.datasets.wikipedia_512())   # doctest: +SKIP
 >>> packs = plan.assign(lengths, seed=0)                          # doctest: +SKIP
 
-``import packlib`` is cheap: the public names are loaded on first use (numba alone takes
-about 0.4 s to import), and kernels compile on their first call, then come from numba's
-on-disk cache. Call :func:`packlib.warmup` to pay the compile cost up front.
+``import packlib`` is cheap: the public names are loaded on first use (importing numba
+is slow enough to matter to a command-line tool), and kernels compile on their first call,
+then come from numba's on-disk cache. Call :func:`packlib.warmup` to pay the compile cost up front.
 """
 from __future__ import annotations
 

@@ -172,7 +172,13 @@ def describe_error(exc: BaseException) -> str:
 
 
 def main(argv=None) -> int:
-    """Run the command line; returns the exit status."""
+    """Run the command line; returns the exit status.
+
+    Parameters
+    ----------
+    argv : list of str, optional
+        The arguments (default: ``sys.argv[1:]``).
+    """
     args = build_parser().parse_args(argv)
     try:
         return int(args.run(args) or 0)

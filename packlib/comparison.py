@@ -97,8 +97,14 @@ class ComparisonTable(list):
         return self.to_markdown()
 
     def best(self, depth=...) -> ComparisonRow:
-        """The row with the fewest packs (optionally among one depth only; ``None`` is
-        unlimited). Raises ``ValueError`` if the table has no row at that depth."""
+        """The row with the fewest packs (ties: the faster one).
+
+        Parameters
+        ----------
+        depth : int or None, optional
+            Only rows at this depth (``None``: unlimited); ``ValueError`` if the table has
+            none. By default, all rows.
+        """
         rows = [r for r in self if depth is ... or r.depth == depth]
         if not rows:
             have = ", ".join(sorted({r.depth_label for r in self})) or "none"

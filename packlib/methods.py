@@ -68,7 +68,13 @@ _ALIASES = {"nnlshp": "nnls"}
 
 
 def names(kind: str | None = None) -> tuple[str, ...]:
-    """Registry names, optionally only those of one ``kind`` (``"histogram"`` or ``"sequence"``)."""
+    """Registry names.
+
+    Parameters
+    ----------
+    kind : str, optional
+        ``"histogram"`` or ``"sequence"``: only the methods of that kind.
+    """
     if kind is not None and kind not in ("histogram", "sequence"):
         raise ValueError(f"kind must be 'histogram', 'sequence' or None, got {kind!r}")
     return tuple(n for n, m in _METHODS.items() if kind is None or m.kind == kind)
@@ -77,6 +83,15 @@ def names(kind: str | None = None) -> tuple[str, ...]:
 def get(name, *, kind: str | None = None) -> Method:
     """The :class:`Method` called ``name`` (or one of its aliases).
 
+    Parameters
+    ----------
+    name : str
+        A name from :func:`names` (any case), or an alias (``"nnlshp"``).
+    kind : str, optional
+        Accept only a method of this kind.
+
+    Notes
+    -----
     Raises ``TypeError`` if ``name`` is not a string, ``ValueError`` if no method (of the
     requested ``kind``) has that name, listing the names there are.
     """

@@ -189,6 +189,19 @@ class Packs(_GroupedIds, _Figures):
     def from_lists(cls, packs, lengths, max_sequence_length: int, max_sequences_per_pack: int | None = None) -> "Packs":
         """Build packs from a list of lists of sample ids and the samples' lengths.
 
+        Parameters
+        ----------
+        packs : list of list of int
+            The sample ids of each pack, in pack order.
+        lengths : array_like of int
+            The length of every sample (indexed by sample id).
+        max_sequence_length : int
+            Pack capacity in tokens.
+        max_sequences_per_pack : int or None, default None
+            The depth limit the packs were built under.
+
+        Examples
+        --------
         >>> Packs.from_lists([[0, 2], [1]], lengths=[3, 5, 2], max_sequence_length=5).to_list()
         [[0, 2], [1]]
         """
@@ -221,7 +234,14 @@ class Packs(_GroupedIds, _Figures):
         return csum[self.offsets[1:]] - csum[self.offsets[:-1]]
 
     def take(self, order) -> "Packs":
-        """A new :class:`Packs` with the packs in the given order (a permutation or a subset)."""
+        """A new :class:`Packs` with the packs in the given order.
+
+        Parameters
+        ----------
+        order : array_like of int
+            Pack ids (a permutation or a subset, repeats allowed); ``IndexError`` if one is
+            out of range.
+        """
         from ._kernels.csr import csr_take
 
         order = as_int_array(order, "order")
@@ -232,7 +252,13 @@ class Packs(_GroupedIds, _Figures):
         return Packs._unchecked(offsets, indices, lengths, self.max_sequence_length, self.max_sequences_per_pack)
 
     def shuffled(self, seed: int = 0) -> "Packs":
-        """The same packs in a random order drawn from ``seed`` (reproducible everywhere)."""
+        """The same packs in a random order.
+
+        Parameters
+        ----------
+        seed : int, default 0
+            In ``[0, 2**64)``; the same seed gives the same order on every machine.
+        """
         from ._kernels.rng import permutation
 
         return self.take(permutation(self.num_packs, seed_to_int64(as_seed(seed))))
@@ -240,7 +266,10 @@ class Packs(_GroupedIds, _Figures):
     def validate(self, num_samples: int | None = None) -> None:
         """Raise ``ValueError`` unless every pack fits and every sample appears exactly once.
 
-        With ``num_samples``, the ids must be exactly ``0 .. num_samples - 1``.
+        Parameters
+        ----------
+        num_samples : int, optional
+            When given, the ids must be exactly ``0 .. num_samples - 1``.
         """
         if self.num_packs and (self.pack_tokens > self.max_sequence_length).any():
             p = int(np.flatnonzero(self.pack_tokens > self.max_sequence_length)[0])
@@ -417,8 +446,18 @@ class PackingPlan(_Figures):
         permutation drawn from ``seed``: the same lengths and seed give the same packs on
         every run and machine. Call :meth:`Packs.shuffled` to shuffle the pack order.
 
-        Raises ``ValueError`` if ``histogram(lengths)`` differs from ``plan.histogram()``.
-        Memory: the output (2.5 int64 per sequence) and O(L) scratch.
+        Parameters
+        ----------
+        lengths : array_like of int
+            The length of every sample; their histogram must equal ``plan.histogram()``
+            (``ValueError`` otherwise, naming the first lengths that differ).
+        seed : int, default 0
+            In ``[0, 2**64)``.
+
+        Returns
+        -------
+        Packs
+            Memory: the output (2.5 int64 per sequence) and O(L) scratch.
         """
         from ._kernels.assign import assign_plan
 
@@ -439,7 +478,13 @@ class PackingPlan(_Figures):
 
     # -- export -------------------------------------------------------------------------
     def top_strategies(self, k: int = 8) -> list[tuple[list[int], int]]:
-        """The ``k`` most used strategies as ``(lengths, count)``, most used first."""
+        """The ``k`` most used strategies as ``(lengths, count)``, most used first.
+
+        Parameters
+        ----------
+        k : int, default 8
+        """
+        k = as_nonnegative_int(k, "k")
         order = np.lexsort((np.arange(self.num_strategies), -self.counts))[:k]
         return [([int(x) for x in self.strategies[i] if x], int(self.counts[i])) for i in order]
 
@@ -478,8 +523,14 @@ class PackingPlan(_Figures):
 
     @classmethod
     def from_dict(cls, d: dict) -> "PackingPlan":
-        """Rebuild a plan from :meth:`to_dict` output (or any dict with ``strategies`` and
-        ``repeat_counts``, such as the reference packers' outputs)."""
+        """Rebuild a plan from a dict.
+
+        Parameters
+        ----------
+        d : dict
+            :meth:`to_dict` output, or any dict with ``max_sequence_length``, ``strategies``
+            and ``repeat_counts`` (such as the reference packers' JSON outputs).
+        """
         if not isinstance(d, dict):
             raise TypeError(f"from_dict takes a dict (e.g. json.load of to_dict's output), got {type(d).__name__}")
         missing = [k for k in ("max_sequence_length", "strategies", "repeat_counts") if k not in d]
@@ -494,7 +545,13 @@ class PackingPlan(_Figures):
                    method=_registry_name(method), lower_bound=d.get("lower_bound"))
 
     def report(self, top: int = 5) -> str:
-        """The packing report: efficiency, speed-up against its limit, top strategies."""
+        """The packing report: efficiency, speed-up against its limit, top strategies.
+
+        Parameters
+        ----------
+        top : int, default 5
+            How many of the most used strategies to list.
+        """
         depth = "unlimited" if self.max_sequences_per_pack is None else self.max_sequences_per_pack
         lines = [
             f"PackingPlan[{self.method or 'custom'}]: {self.num_sequences:,} sequences -> {self.num_packs:,} packs "
@@ -529,8 +586,9 @@ class PackingPlan(_Figures):
         return _html_table(f"PackingPlan: {self.num_strategies:,} strategies", rows)
 
     def plot(self, ax=None, **kwargs):
-        """Plot the histogram and how the plan packs it (needs the ``plot`` extra); returns
-        the matplotlib Axes. See :func:`packlib.plot.plan`."""
+        """Plot the histogram and how the plan packs it (needs the ``plot`` extra).
+
+        Parameters and return value as for :func:`packlib.plot.plan`."""
         from .plot import plan as plot_plan
 
         return plot_plan(self, ax=ax, **kwargs)

@@ -45,6 +45,20 @@ def _auto_log(values, log):
 def histogram(histogram, ax=None, *, label: str = "sequences", log: bool | None = None):
     """Bar plot of a length histogram (``histogram[i]`` = count of length ``i + 1``).
 
+    Parameters
+    ----------
+    histogram : array_like of int
+    ax : matplotlib Axes, optional
+        Where to draw; a new figure's Axes by default.
+    label : str, default "sequences"
+        Legend label.
+    log : bool or None, default None
+        Log scale; ``None`` decides from the data (see below).
+
+    Returns
+    -------
+    matplotlib Axes
+
     ``log=None`` picks a log scale when one length dominates (as length 512 does on
     Wikipedia, where long documents are cut to the max length)."""
     from ._validate import as_histogram
@@ -63,6 +77,17 @@ def histogram(histogram, ax=None, *, label: str = "sequences", log: bool | None 
 
 def plan(plan, ax=None, *, log: bool | None = None):
     """The plan's input lengths next to the tokens per pack it produces.
+
+    Parameters
+    ----------
+    plan : PackingPlan
+    ax : matplotlib Axes, optional
+    log : bool or None, default None
+        As for :func:`histogram`.
+
+    Returns
+    -------
+    matplotlib Axes
 
     Unpacked, every sequence is padded to ``L``; packed, the bars on the right show how
     full the packs are (a perfect packing is a single bar at ``L``).
@@ -87,7 +112,16 @@ def plan(plan, ax=None, *, log: bool | None = None):
 
 
 def strategies(plan, ax=None, *, top: int = 15, log: bool | None = None):
-    """Horizontal bars of the ``top`` most used strategies and their pack counts."""
+    """Horizontal bars of the ``top`` most used strategies and their pack counts.
+
+    Parameters
+    ----------
+    plan : PackingPlan
+    ax : matplotlib Axes, optional
+    top : int, default 15
+    log : bool or None, default None
+        As for :func:`histogram`.
+    """
     ax = _axes(ax)
     items = plan.top_strategies(top)[::-1]
     labels = ["+".join(map(str, lengths)) for lengths, _ in items]
@@ -102,7 +136,13 @@ def strategies(plan, ax=None, *, top: int = 15, log: bool | None = None):
 
 
 def compare(table, ax=None):
-    """Efficiency by method, grouped by depth, from :func:`packlib.compare`'s table."""
+    """Efficiency by method, grouped by depth, from :func:`packlib.compare`'s table.
+
+    Parameters
+    ----------
+    table : ComparisonTable
+    ax : matplotlib Axes, optional
+    """
     ax = _axes(ax)
     methods = list(dict.fromkeys(r.method for r in table))
     depths = list(dict.fromkeys(r.depth for r in table))

@@ -12,9 +12,8 @@ import packlib
 from packlib import PackingPlan, Packs
 
 from . import naive
+from .conftest import REFERENCE_OUTPUTS
 
-SHARED = pathlib.Path(__file__).resolve().parents[1].parent / "shared"
-REFERENCE_OUTPUTS = sorted((SHARED / "data" / "reference-outputs").glob("*.json"))
 WIKI = packlib.datasets.wikipedia_512()
 DEPTHS = st.one_of(st.none(), st.integers(1, 6))
 

@@ -19,6 +19,11 @@ def load_histogram(path) -> np.ndarray:
 
     Line ``i`` (0-based) is the number of sequences of length ``i + 1``; the number of lines
     is the max sequence length. Blank lines and ``#`` comments are ignored.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A ``.txt`` or ``.npy`` file; errors name the file (and line).
     """
     from .._validate import as_histogram
 
