@@ -69,7 +69,7 @@ def test_read_unpacked_round_trip(dataset):
 
 def test_build_matches_naive_packer(dataset):
     _, seqs = dataset
-    packs = packlib.lpfhp_pack(packlib.histogram(seqs.lengths, 512), 3).assign(seqs.lengths, seed=3).shuffled(3)
+    packs = packlib.lpfhp_pack(packlib.histogram(seqs.lengths, 512), max_sequences_per_pack=3).assign(seqs.lengths, seed=3).shuffled(3)
     schema = mb.packed_schema()
     ints, floats = mb.build_packed_features(seqs, packs, 10, 70)
     dicts = _input_dicts(seqs)
@@ -97,7 +97,7 @@ def test_cli_end_to_end_field_by_field_and_reproducible(dataset, tmp_path, capsy
     assert meta["original_number_of_samples"] == 3000 and meta["sequences_dropped"] == 0
 
     # independent unpacking of every output record, checked against the inputs
-    plan = packlib.nnls_pack(packlib.histogram(seqs.lengths, 512), 3)
+    plan = packlib.nnls_pack(packlib.histogram(seqs.lengths, 512), max_sequences_per_pack=3)
     packs = plan.assign(seqs.lengths, seed=5).shuffled(5)
     files = [out1 / n for n in names if n.endswith(".tfrecord")]
     assert len(files) == -(-packs.num_packs // 400) and meta["new_number_of_samples"] == packs.num_packs
@@ -132,7 +132,7 @@ def test_cli_end_to_end_field_by_field_and_reproducible(dataset, tmp_path, capsy
 
 def test_read_packed_inverts_write(dataset, tmp_path):
     _, seqs = dataset
-    packs = packlib.spfhp_pack(packlib.histogram(seqs.lengths, 512), 3).assign(seqs.lengths, seed=1)
+    packs = packlib.spfhp_pack(packlib.histogram(seqs.lengths, 512), max_sequences_per_pack=3).assign(seqs.lengths, seed=1)
     mb.write_packed(tmp_path / "p.tfrecord.gz", seqs, packs, compression="gzip")
     back = mb.read_packed(tmp_path / "p.tfrecord.gz", compression="gzip")
     assert np.array_equal(np.sort(back.fingerprints()), np.sort(seqs.fingerprints()))
@@ -230,7 +230,7 @@ def test_cli_skips_empty_inputs_and_refuses_all_empty(dataset, tmp_path, capsys)
 def test_packed_records_are_what_protobuf_writes(dataset, tmp_path):
     example_pb2 = pytest.importorskip("tfrecord.example_pb2")
     _, seqs = dataset
-    packs = packlib.lpfhp_pack(packlib.histogram(seqs.lengths, 512), 3).assign(seqs.lengths, seed=0)
+    packs = packlib.lpfhp_pack(packlib.histogram(seqs.lengths, 512), max_sequences_per_pack=3).assign(seqs.lengths, seed=0)
     data, offsets = mb.encode_packed(seqs, packs, 0, 20)
     for i in range(20):
         raw = data[offsets[i]:offsets[i + 1]].tobytes()
@@ -238,3 +238,42 @@ def test_packed_records_are_what_protobuf_writes(dataset, tmp_path):
         ex.ParseFromString(raw)
         assert ex.SerializeToString(deterministic=True) == raw
         assert len(ex.features.feature["masked_lm_weights"].float_list.value) == 79
+
+
+def test_cli_runs_without_pyarrow(dataset, tmp_path):
+    """The mlperf-bert tool runs on the out-of-core pipeline, which needs numpy only."""
+    d, _ = dataset
+    code = ("import sys; sys.modules['pyarrow'] = None\n"
+            "from packlib.cli import main\n"
+            f"sys.exit(main(['mlperf-bert', '--input-glob', {str(d / 'unpacked-*.tfrecord')!r}, "
+            f"'--output-dir', {str(tmp_path / 'o')!r}, '--workers', '2', '--records-per-file', '700']))")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, PYTHONPATH=os.getcwd()))
+    assert res.returncode == 0, res.stderr
+    assert "3,000 input sequences exactly once" in res.stdout
+
+
+def test_bad_input_writes_nothing(dataset, tmp_path):
+    d, _ = dataset
+    bad = tmp_path / "in" / "z-bad.tfrecord"
+    bad.parent.mkdir()
+    raw = (d / "unpacked-0.tfrecord").read_bytes()
+    bad.write_bytes(raw[: len(raw) // 3])
+    with pytest.raises(ValueError, match=r"z-bad\.tfrecord: record \d+ at byte \d+: truncated"):
+        _run(["--input-glob", str(d / "unpacked-*.tfrecord"), "--input-glob", str(bad),
+              "--output-dir", str(tmp_path / "out"), "--workers", "2"])
+    assert sorted(os.listdir(tmp_path)) == ["in"]
+
+
+def test_same_output_as_in_memory_packing(dataset, tmp_path):
+    """The pipeline writes what packing everything in memory writes."""
+    d, seqs = dataset
+    assert _run(["--input-glob", str(d / "unpacked-*.tfrecord"), "--output-dir", str(tmp_path / "o"),
+                 "--records-per-file", "1000", "--seed", "9", "--method", "lpfhp", "--no-verify"]) == 0
+    plan = packlib.lpfhp_pack(packlib.histogram(seqs.lengths, 512), max_sequences_per_pack=3)
+    packs = plan.assign(seqs.lengths, seed=9).shuffled(9)
+    names = sorted(p for p in os.listdir(tmp_path / "o") if p.endswith(".tfrecord"))
+    assert len(names) == -(-packs.num_packs // 1000)
+    for i, name in enumerate(names):
+        mb.write_packed(tmp_path / "ref.tfrecord", seqs, packs, 1000 * i, min(packs.num_packs, 1000 * (i + 1)))
+        assert (tmp_path / "o" / name).read_bytes() == (tmp_path / "ref.tfrecord").read_bytes()

@@ -305,3 +305,18 @@ def test_ray_engine_errors_are_one_line(data, tmp_path, ray_runtime):
     with pytest.raises(InputError, match="--overflow"):
         pack_files(paths, tmp_path / "out", 16, engine="ray", workers=2, overflow="error")
     assert _nothing_written(tmp_path)
+
+
+def test_ray_engine_mlperf_bert_same_bytes(tmp_path, ray_runtime):
+    from packlib.formats import mlperf_bert as mb
+    from packlib.pipeline.mlperf import pack_mlperf_bert
+
+    seqs = mb.synthetic_sequences(600, seed=3)
+    mb.write_unpacked(tmp_path / "u.tfrecord", seqs)
+    pack_mlperf_bert([tmp_path / "u.tfrecord"], tmp_path / "local", records_per_file=100)
+    pack_mlperf_bert([tmp_path / "u.tfrecord"], tmp_path / "ray", records_per_file=100, engine="ray", workers=2)
+    assert _parts_any(tmp_path / "ray") == _parts_any(tmp_path / "local")
+
+
+def _parts_any(out):
+    return {n: (out / n).read_bytes() for n in sorted(os.listdir(out))}

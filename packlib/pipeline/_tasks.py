@@ -64,8 +64,10 @@ def worker_init() -> None:
     large freed blocks to the OS at once (mimalloc and jemalloc keep them, so a worker's
     resident memory would stay at its largest batch)."""
     _IN_WORKER["on"] = True
-    import pyarrow as pa
-
+    try:
+        import pyarrow as pa
+    except ImportError:  # the mlperf-bert pipeline runs without pyarrow
+        return
     pa.set_memory_pool(pa.system_memory_pool())
 
 
