@@ -208,7 +208,8 @@ def test_determinism():
 # layouts and value types
 # --------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("vt", VALUE_TYPES + [pa.date32(), pa.timestamp("ms"), pa.duration("s")])
+@pytest.mark.parametrize("vt", VALUE_TYPES + [pa.date32(), pa.timestamp("ms"), pa.duration("s"), pa.decimal128(30, 2),
+                                pa.binary(3)])
 @pytest.mark.parametrize("large", [False, True])
 def test_value_types_chunked(vt, large):
     lengths = [3, 0, 7, 1, 12, 5, 0, 9, 2, 2]
@@ -216,8 +217,10 @@ def test_value_types_chunked(vt, large):
     tot = sum(lengths)
     if pa.types.is_floating(vt):
         flat = pa.array(rng.standard_normal(tot)).cast(vt)
-    elif pa.types.is_integer(vt):
+    elif pa.types.is_integer(vt) or pa.types.is_decimal(vt):
         flat = pa.array(rng.integers(0, 100, tot)).cast(vt)
+    elif pa.types.is_fixed_size_binary(vt):
+        flat = pa.array([bytes(rng.integers(0, 256, 3, dtype=np.uint8)) for _ in range(tot)], vt)
     else:                                          # temporal: from the same-width integers
         storage = pa.int32() if vt.bit_width == 32 else pa.int64()
         flat = pa.array(rng.integers(0, 10_000, tot)).cast(storage).view(vt)
@@ -415,6 +418,8 @@ def test_select_list_columns():
         A.select_list_columns(t.schema, [1])
     with pytest.raises(TypeError, match="Schema"):
         A.select_list_columns({"a": 1})
+    with pytest.raises(ValueError, match="several columns named 'a'"):
+        A.select_list_columns(pa.table([pa.array([[1]]), pa.array([[1]])], names=["a", "a"]).schema)
     t2 = pa.table({"input_ids": [[1]], "seq_lengths": [[1]]})
     with pytest.raises(ValueError, match=r"seq_lengths.*columns=\['input_ids'\]"):
         A.select_list_columns(t2.schema)

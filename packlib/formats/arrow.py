@@ -137,6 +137,10 @@ def select_list_columns(schema, columns=None) -> list[str]:
     if not isinstance(schema, pa.Schema):
         raise TypeError(f"schema must be a pyarrow.Schema, Table or RecordBatch, got {type(schema).__name__}")
     names = list(schema.names)
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise ValueError(f"the table has several columns named {dup[0]!r}; rename them first "
+                         "(table.rename_columns([...]))")
     if columns is None:
         if not names:
             raise ValueError("the table has no columns to pack")
@@ -310,28 +314,25 @@ def make_segments(lengths, max_sequence_length, *, overflow="truncate") -> Segme
 # Gathering tokens into packed rows
 # --------------------------------------------------------------------------------------
 
-_UINT = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
-
-
-def _fast_dtype(value_type):
-    """The unsigned dtype to copy fixed-width values as, or None (then pyarrow's take)."""
+def _byte_width(value_type):
+    """Bytes per value of a fixed-width type copied as bytes, or None (then pyarrow's take)."""
     pa = _pyarrow()
     t = value_type
     if pa.types.is_boolean(t) or pa.types.is_dictionary(t) or isinstance(t, pa.ExtensionType):
         return None
     try:
-        width = t.bit_width
+        bits = t.bit_width
     except ValueError:
         return None
-    return _UINT.get(width)
+    return bits // 8 if bits % 8 == 0 and bits > 0 else None
 
 
-def _values_view(values, dtype) -> np.ndarray:
-    """A zero-copy numpy view (as ``dtype``) of a fixed-width array's data."""
+def _values_bytes(values, width: int) -> np.ndarray:
+    """A zero-copy uint8 view of a fixed-width array's values (its offset applied)."""
     buf = values.buffers()[1]
     if buf is None:  # an empty array may have no data buffer
-        return np.zeros(0, dtype)
-    return np.frombuffer(buf, dtype=dtype, count=values.offset + len(values))[values.offset:]
+        return np.zeros(0, np.uint8)
+    return np.frombuffer(buf, dtype=np.uint8, count=(values.offset + len(values)) * width)[values.offset * width:]
 
 
 def _arrow_empty(n: int, dtype):
@@ -382,13 +383,14 @@ def _gather_values(column, row, start, length, out_pos, total, layouts: dict):
     pa = _pyarrow()
     chunks = _chunks(column)
     value_type = column.type.value_type
-    dtype = _fast_dtype(value_type)
-    if dtype is not None and not any(ch.values.null_count for ch in chunks):
-        buf, out = _arrow_empty(total, dtype)
+    width = _byte_width(value_type)
+    if width is not None and not any(ch.values.null_count for ch in chunks):
+        buf, out = _arrow_empty(total * width, np.uint8)
         if row.size:
             if len(chunks) == 1:
                 ch = chunks[0]
-                gather_values(_values_view(ch.values, dtype), ch.offsets.to_numpy(), row, start, length, out_pos, out)
+                gather_values(_values_bytes(ch.values, width), ch.offsets.to_numpy(), row, start, length, out_pos,
+                              out, width)
             else:
                 sizes = tuple(len(ch) for ch in chunks)
                 if sizes not in layouts:
@@ -398,8 +400,8 @@ def _gather_values(column, row, start, length, out_pos, total, layouts: dict):
                 for c, ch in enumerate(chunks):
                     a, b = int(ptr[c]), int(ptr[c + 1])
                     if a < b:
-                        gather_values(_values_view(ch.values, dtype), ch.offsets.to_numpy(),
-                                      lr[a:b], st[a:b], ln[a:b], op[a:b], out)
+                        gather_values(_values_bytes(ch.values, width), ch.offsets.to_numpy(),
+                                      lr[a:b], st[a:b], ln[a:b], op[a:b], out, width)
         return pa.Array.from_buffers(value_type, total, [None, buf])
     # any other value type (bool, strings, nested, nulls inside lists): pyarrow's take
     import pyarrow.compute as pc
@@ -479,9 +481,10 @@ def gather_packs(table, columns, row, start, length, pack_offsets, *, position_i
         A column with 32-bit offsets whose values would pass 2**31 - 1 is split into
         several chunks. No schema metadata.
 
-    Tokens are copied once: fixed-width values (ints, floats, float16, temporal) by a
-    compiled kernel straight from the value buffers; other value types (bool, strings,
-    nested lists, lists holding nulls) through ``pyarrow.compute.take``.
+    Tokens are copied once: fixed-width values (ints, floats, float16, temporal, decimal,
+    fixed-size binary) as bytes by a compiled kernel straight from the value buffers; other
+    value types (bool, strings, dictionaries, nested lists, lists holding nulls) through
+    ``pyarrow.compute.take``.
     """
     table = _as_table_like(table)
     columns = select_list_columns(table.schema, columns)
@@ -683,7 +686,7 @@ def pack_dataset(dataset, max_sequence_length=None, *, seq_length=None, columns=
     # datasets rewrites the schema metadata to {b"huggingface": ...} but keeps unknown keys
     # inside that JSON: the report rides there too
     packed = packed.replace_schema_metadata({b"huggingface": json.dumps({"packlib": report}).encode()})
-    out = ds_mod.Dataset(packed, fingerprint=_fingerprint(dataset, report))
+    out = ds_mod.Dataset(packed, split=dataset.split, fingerprint=_fingerprint(dataset, report))
     fmt = dataset.format
     if fmt.get("type") is not None or fmt.get("columns") is not None:
         cols = fmt.get("columns")
