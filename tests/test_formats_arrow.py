@@ -487,3 +487,20 @@ def test_report_access():
     with pytest.raises(ValueError, match="no packing report"):
         A.packing_report(pa.table(TRL_EXAMPLE))
     assert packlib.formats.pack_table is A.pack_table
+
+
+@pytest.mark.parametrize("cuts_a, cuts_b", [((2, 3), (1, 2)), ((1,), (3,)), ((), (1, 2, 3)), ((1, 2, 3), (1, 2, 3))])
+def test_columns_with_different_chunk_layouts(cuts_a, cuts_b):
+    """Each column is read through its own chunks (rows of equal length make equal offsets)."""
+    lengths = [3, 3, 3, 3]
+    ids = [[r * 100_000 + j for j in range(n)] for r, n in enumerate(lengths)]
+    other = [[-(r * 100 + j) for j in range(n)] for r, n in enumerate(lengths)]
+
+    def chunked(rows, cuts):
+        b = [0, *cuts, len(rows)]
+        return pa.chunked_array([pa.array(rows[x:y], pa.list_(pa.int32())) for x, y in zip(b[:-1], b[1:])])
+
+    table = pa.table({"ids": chunked(ids, cuts_a), "v": chunked(other, cuts_b)})
+    for overflow in ("truncate", "split"):
+        _check_packed(table, A.pack_table(table, 4, overflow=overflow), 4, overflow)
+        _check_packed(table, A.pack_table(table, 2, overflow=overflow), 2, overflow)

@@ -376,8 +376,12 @@ def _list_column(list_type, values, off: np.ndarray, cuts: list):
     return pa.chunked_array(chunks, type=list_type)
 
 
-def _gather_values(column, row, start, length, out_pos, total, layouts: dict):
-    """The selected values of one list column, packed, as one flat pyarrow Array."""
+def _gather_values(column, row, start, length, out_pos, total, layouts: dict, sources: dict):
+    """The selected values of one list column, packed, as one flat pyarrow Array.
+
+    ``layouts`` and ``sources`` are shared by the columns of one gather: segments grouped by
+    chunk layout, and source positions per chunk (reused when a column's offsets equal
+    those they were computed from, as for columns built together)."""
     from .._kernels.arrow import gather_values, group_by_chunk, token_index
 
     pa = _pyarrow()
@@ -387,21 +391,26 @@ def _gather_values(column, row, start, length, out_pos, total, layouts: dict):
     if width is not None and not any(ch.values.null_count for ch in chunks):
         buf, out = _arrow_empty(total * width, np.uint8)
         if row.size:
+            sizes = tuple(len(ch) for ch in chunks)
             if len(chunks) == 1:
-                ch = chunks[0]
-                gather_values(_values_bytes(ch.values, width), ch.offsets.to_numpy(), row, start, length, out_pos,
-                              out, width)
+                parts = [(0, chunks[0], row, start, length, out_pos)]
             else:
-                sizes = tuple(len(ch) for ch in chunks)
                 if sizes not in layouts:
                     bounds = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
                     layouts[sizes] = group_by_chunk(row, start, length, out_pos, bounds)
                 lr, st, ln, op, ptr = layouts[sizes]
-                for c, ch in enumerate(chunks):
-                    a, b = int(ptr[c]), int(ptr[c + 1])
-                    if a < b:
-                        gather_values(_values_bytes(ch.values, width), ch.offsets.to_numpy(),
-                                      lr[a:b], st[a:b], ln[a:b], op[a:b], out, width)
+                parts = [(c, ch, lr[ptr[c]:ptr[c + 1]], st[ptr[c]:ptr[c + 1]], ln[ptr[c]:ptr[c + 1]],
+                          op[ptr[c]:ptr[c + 1]]) for c, ch in enumerate(chunks) if ptr[c] < ptr[c + 1]]
+            for c, ch, r, s, n, o in parts:
+                offsets = ch.offsets.to_numpy()
+                key = (sizes, c)                      # same layout: same segments r, s
+                hit = sources.get(key)
+                if hit is not None and np.array_equal(hit[0], offsets):
+                    src = hit[1]
+                else:
+                    src = offsets[r] + s
+                    sources[key] = (offsets, src)
+                gather_values(_values_bytes(ch.values, width), src, n, o, out, width)
         return pa.Array.from_buffers(value_type, total, [None, buf])
     # any other value type (bool, strings, nested, nulls inside lists): pyarrow's take
     import pyarrow.compute as pc
@@ -431,9 +440,10 @@ def _gather(table, columns, row, start, length, pack_offsets, position_ids: bool
     any_32 = any(pa.types.is_list(t) for t in types) or (position_ids and not large)
     cuts = _cuts(tok_off if any_32 else pack_offsets, _MAX_OFFSET)
     layouts: dict = {}
+    sources: dict = {}
     arrays, fields = [], []
     for name, t in zip(columns, types):
-        values = _gather_values(table.column(name), row, start, length, out_pos, total, layouts)
+        values = _gather_values(table.column(name), row, start, length, out_pos, total, layouts, sources)
         arrays.append(_list_column(t, values, tok_off, cuts))
         fields.append(table.schema.field(name).remove_metadata())
     # TRL: list<int32> (list<int64> when the first column is a large_list), 32-bit offsets
