@@ -35,7 +35,6 @@ class Job:
     overflow: str  # "truncate", "split" or "error"
     workdir: str  # the temporary output directory
     num_files: int
-    spill_bytes: int = 32 << 20
     row_group_rows: int = 1024  # packs per Parquet row group of the output
 
     def spill_path(self, shard: int) -> str:
@@ -64,11 +63,26 @@ def worker_init() -> None:
     large freed blocks to the OS at once (mimalloc and jemalloc keep them, so a worker's
     resident memory would stay at its largest batch)."""
     _IN_WORKER["on"] = True
+    _malloc_returns_memory()
     try:
         import pyarrow as pa
     except ImportError:  # the mlperf-bert pipeline runs without pyarrow
         return
     pa.set_memory_pool(pa.system_memory_pool())
+
+
+def _malloc_returns_memory() -> None:
+    """glibc: serve blocks of 1 MiB and more with mmap, so freeing them returns the memory
+    (by default the threshold grows up to 32 MiB as large blocks are freed, and freed heap
+    memory stays with the process)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, 1 << 20)  # M_MMAP_THRESHOLD
+        libc.mallopt(-1, 1 << 20)  # M_TRIM_THRESHOLD
+    except (OSError, AttributeError):
+        pass
 
 
 def _init_worker() -> None:
@@ -171,20 +185,6 @@ def spill_task(job: Job, i: int, num_rows: int, seg_row, seg_start, seg_len, seg
     path = job.spill_path(i)
     tmp = f"{path}.tmp{os.getpid()}"
     writer, file_of_batch = None, []
-    buffers: dict[int, list] = {}
-    state = {"bytes": 0}
-
-    def flush():
-        nonlocal writer
-        for f in sorted(buffers):
-            t = pa.concat_tables(buffers[f]).combine_chunks()
-            if writer is None:
-                writer = pa.ipc.new_file(tmp, t.schema)
-            for b in t.to_batches():
-                writer.write_batch(b)
-                file_of_batch.append(f)
-        buffers.clear()
-        state["bytes"] = 0
 
     r0 = k = 0
     try:
@@ -193,18 +193,14 @@ def spill_task(job: Job, i: int, num_rows: int, seg_row, seg_start, seg_len, seg
             r1 = r0 + batch.num_rows
             k2 = int(np.searchsorted(seg_row, r1, side="left"))
             table = pa.Table.from_batches([batch])
-            try:
-                rl = np.asarray(A.row_lengths(table, cols), dtype=np.int64)
-            except (ValueError, TypeError) as exc:
-                raise InputError(f"{shard.path}: rows {r0}..{r1 - 1}: {exc}") from None
             rows = seg_row[k:k2] - r0
             st, ln = seg_start[k:k2], seg_len[k:k2]
-            if rows.size and (st + ln > rl[rows]).any():
-                raise InputError(f"{shard.path}: the file changed while it was being packed; run again")
             h = hashes[k:k2]
             for c in cols:
                 offs, values = list_values(batch.column(batch.schema.get_field_index(c)))
                 a = offs[rows].astype(np.int64) + st
+                if rows.size and (a + ln > offs[rows + 1]).any():
+                    raise InputError(f"{shard.path}: the file changed while it was being packed; run again")
                 hash_into(h, a, a + ln, values)
             if rows.size:
                 f = seg_file[k:k2]
@@ -212,18 +208,19 @@ def spill_task(job: Job, i: int, num_rows: int, seg_row, seg_start, seg_len, seg
                 fs = f[order]
                 g = A.gather_packs(table, cols, rows[order], st[order], ln[order], np.arange(rows.size + 1))
                 g = g.select(cols).append_column(POS, pa.array(seg_pos[k:k2][order]))
+                if writer is None:
+                    writer = pa.ipc.new_file(tmp, g.schema)
                 cuts = np.flatnonzero(np.diff(fs)) + 1
                 bounds = np.concatenate(([0], cuts, [fs.size]))
-                for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
-                    buffers.setdefault(int(fs[a]), []).append(g.slice(a, b - a))
-                state["bytes"] += g.nbytes
-                if state["bytes"] >= job.spill_bytes:
-                    flush()
+                (b,) = g.combine_chunks().to_batches()
+                for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+                    writer.write_batch(b.slice(lo, hi - lo))  # one batch per output file
+                    file_of_batch.append(int(fs[lo]))
+                del g
             k, r0 = k2, r1
         if r0 != num_rows or k != nseg:
             raise InputError(f"{shard.path}: has {r0} rows now but {num_rows} in pass 1; "
                              "the file changed while it was being packed; run again")
-        flush()
         if writer is not None:
             writer.close()
             writer = None
