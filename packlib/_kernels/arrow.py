@@ -11,45 +11,22 @@ from .._jit import jit
 
 
 @jit
-def group_by_chunk(row, start, length, out_pos, bounds):
-    """Group segments by the chunk that holds their row (a stable counting sort).
+def order_by_row(row, num_rows):
+    """The permutation that sorts segments by row, stably (a counting sort, O(n + rows)).
 
-    ``bounds`` (int64, ``K + 1``) are the chunks' first rows, ``bounds[K]`` = number of rows.
-    Returns the segments' local rows, starts, lengths and output positions grouped by chunk
-    and ``ptr`` (``K + 1``): chunk ``c`` owns entries ``ptr[c]:ptr[c + 1]``.
-    """
-    n = row.size
-    K = bounds.size - 1
-    cid = np.empty(n, np.int64)
-    ptr = np.zeros(K + 1, np.int64)
-    for k in range(n):
+    Copying segments in row order reads every value buffer front to back (sequential
+    reads, friendly to memory-mapped files) and scatters runs into the output."""
+    start = np.zeros(num_rows + 1, np.int64)
+    for k in range(row.size):
+        start[row[k] + 1] += 1
+    for i in range(num_rows):
+        start[i + 1] += start[i]
+    perm = np.empty(row.size, np.int64)
+    for k in range(row.size):
         r = row[k]
-        lo = 0
-        hi = K
-        while hi - lo > 1:  # largest c with bounds[c] <= r (bounds[K] > r)
-            mid = (lo + hi) >> 1
-            if bounds[mid] <= r:
-                lo = mid
-            else:
-                hi = mid
-        cid[k] = lo
-        ptr[lo + 1] += 1
-    for c in range(K):
-        ptr[c + 1] += ptr[c]
-    fill = ptr[:K].copy()
-    local_row = np.empty(n, np.int64)
-    g_start = np.empty(n, np.int64)
-    g_length = np.empty(n, np.int64)
-    g_out = np.empty(n, np.int64)
-    for k in range(n):
-        c = cid[k]
-        j = fill[c]
-        fill[c] = j + 1
-        local_row[j] = row[k] - bounds[c]
-        g_start[j] = start[k]
-        g_length[j] = length[k]
-        g_out[j] = out_pos[k]
-    return local_row, g_start, g_length, g_out, ptr
+        perm[start[r]] = k
+        start[r] += 1
+    return perm
 
 
 # Indices are cast to uint64 (all are non-negative, checked by the callers): numba then

@@ -376,13 +376,14 @@ def _list_column(list_type, values, off: np.ndarray, cuts: list):
     return pa.chunked_array(chunks, type=list_type)
 
 
-def _gather_values(column, row, start, length, out_pos, total, layouts: dict, sources: dict):
+def _gather_values(column, row, start, length, out_pos, total, by_row, sources: dict):
     """The selected values of one list column, packed, as one flat pyarrow Array.
 
-    ``layouts`` and ``sources`` are shared by the columns of one gather: segments grouped by
-    chunk layout, and source positions per chunk (reused when a column's offsets equal
-    those they were computed from, as for columns built together)."""
-    from .._kernels.arrow import gather_values, group_by_chunk, token_index
+    ``by_row`` holds the segments sorted by row (row, start, length, out_pos), so the fast
+    path reads each chunk's values front to back; ``sources`` caches source positions per
+    chunk layout, reused by columns whose offsets equal those they were computed from (as
+    for columns built together)."""
+    from .._kernels.arrow import gather_values, token_index
 
     pa = _pyarrow()
     chunks = _chunks(column)
@@ -391,26 +392,23 @@ def _gather_values(column, row, start, length, out_pos, total, layouts: dict, so
     if width is not None and not any(ch.values.null_count for ch in chunks):
         buf, out = _arrow_empty(total * width, np.uint8)
         if row.size:
+            r_all, s_all, n_all, o_all = by_row
             sizes = tuple(len(ch) for ch in chunks)
-            if len(chunks) == 1:
-                parts = [(0, chunks[0], row, start, length, out_pos)]
-            else:
-                if sizes not in layouts:
-                    bounds = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
-                    layouts[sizes] = group_by_chunk(row, start, length, out_pos, bounds)
-                lr, st, ln, op, ptr = layouts[sizes]
-                parts = [(c, ch, lr[ptr[c]:ptr[c + 1]], st[ptr[c]:ptr[c + 1]], ln[ptr[c]:ptr[c + 1]],
-                          op[ptr[c]:ptr[c + 1]]) for c, ch in enumerate(chunks) if ptr[c] < ptr[c + 1]]
-            for c, ch, r, s, n, o in parts:
+            bounds = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+            ptr = np.searchsorted(r_all, bounds)         # chunk c owns sorted segments ptr[c]:ptr[c+1]
+            for c, ch in enumerate(chunks):
+                a, b = int(ptr[c]), int(ptr[c + 1])
+                if a == b:
+                    continue
                 offsets = ch.offsets.to_numpy()
-                key = (sizes, c)                      # same layout: same segments r, s
+                key = (sizes, c)                          # same layout: same segments
                 hit = sources.get(key)
                 if hit is not None and np.array_equal(hit[0], offsets):
                     src = hit[1]
                 else:
-                    src = offsets[r] + s
+                    src = offsets[r_all[a:b] - bounds[c]] + s_all[a:b]
                     sources[key] = (offsets, src)
-                gather_values(_values_bytes(ch.values, width), src, n, o, out, width)
+                gather_values(_values_bytes(ch.values, width), src, n_all[a:b], o_all[a:b], out, width)
         return pa.Array.from_buffers(value_type, total, [None, buf])
     # any other value type (bool, strings, nested, nulls inside lists): pyarrow's take
     import pyarrow.compute as pc
@@ -439,11 +437,15 @@ def _gather(table, columns, row, start, length, pack_offsets, position_ids: bool
     large = pa.types.is_large_list(types[0])
     any_32 = any(pa.types.is_list(t) for t in types) or (position_ids and not large)
     cuts = _cuts(tok_off if any_32 else pack_offsets, _MAX_OFFSET)
-    layouts: dict = {}
+    from .._kernels.arrow import order_by_row
+
+    perm = order_by_row(row, table.num_rows)
+    by_row = (row[perm], start[perm], length[perm], out_pos[perm])
+    del perm
     sources: dict = {}
     arrays, fields = [], []
     for name, t in zip(columns, types):
-        values = _gather_values(table.column(name), row, start, length, out_pos, total, layouts, sources)
+        values = _gather_values(table.column(name), row, start, length, out_pos, total, by_row, sources)
         arrays.append(_list_column(t, values, tok_off, cuts))
         fields.append(table.schema.field(name).remove_metadata())
     # TRL: list<int32> (list<int64> when the first column is a large_list), 32-bit offsets
