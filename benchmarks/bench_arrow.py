@@ -1,7 +1,7 @@
 """Benchmark: packing an Arrow table / Hugging Face dataset, against TRL's ``pack_dataset``.
 
     python benchmarks/bench_arrow.py            # 1,000,000 rows
-    python benchmarks/bench_arrow.py --quick    # 100,000 rows, TRL's bfd only
+    python benchmarks/bench_arrow.py --quick    # 100,000 rows, TRL's bfd only, no nnls row
     python benchmarks/bench_arrow.py --rows 400000
 
 Input: lognormal row lengths (``benchmarks._common.lognormal_lengths``, mean ~147 tokens,
@@ -113,7 +113,7 @@ def seq_lengths_sorted(table_or_dataset):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="100,000 rows; TRL's bfd only")
+    ap.add_argument("--quick", action="store_true", help="100,000 rows; TRL's bfd only; no method='nnls' row")
     ap.add_argument("--rows", type=int, default=None, help="number of rows (default 1,000,000; --quick 100,000)")
     ap.add_argument("--no-trl", action="store_true", help="skip the TRL baseline")
     args = ap.parse_args()
@@ -137,23 +137,31 @@ def main():
     # memory first, before pyarrow's pool holds memory freed by earlier runs
     extra_rss, traced = peak_memory(lambda: pa_arrow.pack_table(table, L))
 
-    rows = []   # (what, time, packed rows, tokens)
+    rows = []   # (what, overflow, time, packed rows, tokens)
     results = {}
     for overflow in ("truncate", "split"):
         t, out = timed(lambda: pa_arrow.pack_table(table, L, overflow=overflow))
         rep = pa_arrow.packing_report(out)
         results[overflow] = seq_lengths_sorted(out)
-        rows.append((f"packlib pack_table, overflow={overflow!r}", t, rep["packed_rows"], rep["tokens"]))
+        rows.append(("packlib `pack_table`", overflow, t, rep["packed_rows"], rep["tokens"]))
         del out
         gc.collect()
-    t, out = timed(lambda: pa_arrow.pack_dataset(ds, L))
-    rep = pa_arrow.packing_report(out)
-    rows.append(("packlib pack_dataset, overflow='truncate'", t, rep["packed_rows"], rep["tokens"]))
-    del out
-    gc.collect()
+    for overflow in ("truncate", "split"):
+        t, out = timed(lambda: pa_arrow.pack_dataset(ds, L, overflow=overflow))
+        rep = pa_arrow.packing_report(out)
+        rows.append(("packlib `pack_dataset`", overflow, t, rep["packed_rows"], rep["tokens"]))
+        del out
+        gc.collect()
+    if not args.quick:
+        t, out = timed(lambda: pa_arrow.pack_table(table, L, method="nnls"), repeat=1)
+        rep = pa_arrow.packing_report(out)
+        rows.append(("packlib `pack_table(method=\"nnls\")`", "truncate", t, rep["packed_rows"], rep["tokens"]))
+        del out
+        gc.collect()
     t_lens, packs = timed(lambda: packlib.bfd_pack(np.minimum(lengths, L), L))
-    rows.append(("(packlib.bfd_pack on the lengths alone)", t_lens, packs.num_packs, packs.num_tokens))
+    rows.append(("(`packlib.bfd_pack` on the lengths alone)", "truncate", t_lens, packs.num_packs, packs.num_tokens))
 
+    trl = {}     # overflow -> time
     trl_rows = []
     if not args.no_trl:
         try:
@@ -168,20 +176,20 @@ def main():
                 tt = time.perf_counter() - t0
                 sl = seq_lengths_sorted(out)
                 overflow = "truncate" if strategy == "bfd" else "split"
+                trl[overflow] = tt
+                trl_rows.append((f"TRL `pack_dataset(strategy=\"{strategy}\")`", overflow, tt, len(out), int(sl.sum())))
                 same = np.array_equal(sl, results[overflow])
-                trl_rows.append((f"TRL pack_dataset, strategy={strategy!r}", tt, len(out), int(sl.sum()), same))
+                print(f"TRL strategy={strategy!r}: same multiset of segment lengths as packlib overflow={overflow!r}: {same}")
                 del out
                 gc.collect()
 
-    print("| what | time | packed rows | over ⌈tokens/L⌉ | vs TRL bfd |")
-    print("|---|---:|---:|---:|---:|")
-    trl_bfd = trl_rows[0][1] if trl_rows else None
-    for what, t, nrows, tokens in rows + [r[:4] for r in trl_rows]:
+    print("\n| what | overflow | time | packed rows | over ⌈tokens/L⌉ | speed-up vs TRL (same overflow) |")
+    print("|---|---|---:|---:|---:|---:|")
+    for what, overflow, t, nrows, tokens in rows + trl_rows:
         bound = -(-tokens // L)
-        ratio = f"{trl_bfd / t:.1f}×" if trl_bfd else "—"
-        print(f"| {what} | {fmt(t)} | {nrows:,} | +{100 * (nrows - bound) / bound:.3f} % ({nrows - bound:,}) | {ratio} |")
-    for what, _, _, _, same in trl_rows:
-        print(f"\n{what}: same multiset of segment lengths as packlib: {same}")
+        ratio = f"{trl[overflow] / t:.1f}×" if overflow in trl else "—"
+        print(f"| {what} | {overflow} | {fmt(t)} | {nrows:,} | +{100 * (nrows - bound) / bound:.3f} % "
+              f"({nrows - bound:,}) | {ratio} |")
     print(f"\nfirst pack_table call (kernel compile or cache load, 1,000 rows): {fmt(t_first)}")
 
     print(f"\npeak memory during pack_table (first full call): +{extra_rss / 2**30:.2f} GiB RSS "
