@@ -161,7 +161,9 @@ def bad_int_arrays(good=(3, 1, 2)):
     mix huge and non-positive values."""
     if st is None:  # pragma: no cover
         raise ImportError("hypothesis is needed for bad_int_arrays()")
-    extreme = st.sampled_from([0, -1, 1, 2, 2**31, 2**62, 2**63 - 1, -(2**62), -(2**63)])
+    # no mid-size values (2**31 ... 2**40): a valid length of 2**31 asks for a 16 GB
+    # per-token output, which overcommit grants and the OOM killer then ends
+    extreme = st.sampled_from([0, -1, 1, 2, 2**62, 2**63 - 1, -(2**62), -(2**63)])
     return st.one_of(
         st.sampled_from([v for _, v in bad_int_array_cases(good)]),
         st.lists(st.one_of(extreme, st.integers(-5, 50)), min_size=0, max_size=12),
