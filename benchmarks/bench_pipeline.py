@@ -210,6 +210,8 @@ def main(argv=None) -> int:
         except ImportError:
             print("ray not installed: skipping the ray engine")
         else:
+            # a shared machine: other processes' memory must not make Ray's OOM killer kill our workers
+            os.environ.setdefault("RAY_memory_monitor_refresh_ms", "0")
             t_init = time.perf_counter()
             rres, rdt, rmem = run_pipeline(files, data / "out-ray", L, "ray", W, verify)
             rows.append(("ray", rdt, rmem, rres))

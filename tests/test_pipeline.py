@@ -11,7 +11,7 @@ pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
 import packlib  # noqa: E402
-from packlib.pipeline import InputError, PipelineError, VerifyError, WorkerDied, pack_files  # noqa: E402
+from packlib.pipeline import InputError, VerifyError, WorkerDied, pack_files  # noqa: E402
 from packlib.pipeline import _tasks  # noqa: E402
 from tests.naive_pipeline import naive_pack_rows  # noqa: E402
 

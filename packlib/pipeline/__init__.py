@@ -41,7 +41,7 @@ __all__ = ["pack_files", "PackResult", "PipelineError", "InputError", "WorkerDie
 
 ENGINES = ("local", "ray")
 OVERFLOWS = ("truncate", "split", "error")
-_FILE_TARGET_BYTES = 64 << 20  # default output file: about 64 MiB of tokens
+_FILE_TARGET_BYTES = 32 << 20  # default output file: about 32 MiB of tokens
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -122,8 +122,8 @@ class PackResult:
         if self.verified:
             lines.append("verified: every input sequence appears exactly once in the output")
         lines.append("seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in s.items()))
-        lines.append(f"peak memory: {self.peak_memory / 2**20:,.0f} MiB over {len(self.peak_memory_by_process)} "
-                     f"processes ({self.engine} engine, {self.workers} workers)")
+        lines.append(f"peak memory: {self.peak_memory / 2**20:,.0f} MiB (sum of the peak resident memory of "
+                     f"{len(self.peak_memory_by_process)} processes; {self.engine} engine, {self.workers} workers)")
         return "\n".join(lines)
 
     def to_dict(self) -> dict:
@@ -202,7 +202,7 @@ def pack_files(inputs, output, max_sequence_length=None, max_sequences_per_pack=
     ray_address : str, optional
         The Ray cluster to join (``ray.init(address=...)``).
     rows_per_file : int, optional
-        Packs per output file (default: about 64 MiB of tokens per file).
+        Packs per output file (default: about 32 MiB of tokens per file).
     seed : int, default 0
         Packs' order across files (and equal-length assignment for histogram methods).
     progress : bool or None

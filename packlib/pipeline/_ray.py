@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 
 from .._progress import progress_bar
-from ._errors import InputError, PipelineError, WorkerDied
+from ._errors import PipelineError, WorkerDied
 
 __all__ = ["RayEngine"]
 
@@ -40,24 +40,21 @@ class RayEngine:
                 root = os.path.dirname(os.path.dirname(os.path.abspath(packlib.__file__)))
                 path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
                 ray.init(num_cpus=int(workers) if workers else None, include_dashboard=False, log_to_driver=False,
-                         runtime_env={"env_vars": {"PYTHONPATH": path, "PACKLIB_PIPELINE_WORKER": "1"}})
+                         runtime_env={"env_vars": {"PYTHONPATH": path}})
             self._started = True
         self.workers = int(ray.available_resources().get("CPU", 1)) if workers is None else int(workers)
-        self._remotes = {}
-
-    def _remote(self, fn):
-        r = self._remotes.get(fn)
-        if r is None:
-            # tasks are idempotent (every file is written under a temporary name, then renamed),
-            # so a task whose worker died is retried
-            r = self._remotes[fn] = self._ray.remote(num_cpus=1, max_retries=2)(fn)
-        return r
+        self._remote = None
 
     def map(self, fn, tasks, desc: str, progress=None, unit: str = "task"):
+        from ._tasks import run_in_worker
+
         ray = self._ray
-        remote = self._remote(fn)
+        if self._remote is None:
+            # tasks are idempotent (every file is written under a temporary name, then renamed),
+            # so a task whose worker died is retried
+            self._remote = ray.remote(num_cpus=1, max_retries=2)(run_in_worker)
         tasks = list(tasks)
-        refs = [remote.remote(*t) for t in tasks]
+        refs = [self._remote.options(name=fn.__name__).remote(fn, *t) for t in tasks]
         pending = list(refs)
         try:
             with progress_bar(len(refs), desc, progress, unit=unit) as bar:
@@ -84,5 +81,3 @@ class RayEngine:
             self._ray.shutdown()
             self._started = False
 
-
-del InputError

@@ -85,9 +85,11 @@ def _malloc_returns_memory() -> None:
         pass
 
 
-def _init_worker() -> None:
-    if not _IN_WORKER["on"] and os.environ.get("PACKLIB_PIPELINE_WORKER") == "1":
+def run_in_worker(fn, *args):
+    """Run a task in a dedicated worker process (Ray), setting the process up once."""
+    if not _IN_WORKER["on"]:
         worker_init()
+    return fn(*args)
 
 
 # --------------------------------------------------------------------------------------
@@ -121,7 +123,6 @@ def lengths_task(job: Job, i: int):
 
     from ..formats import arrow as A
 
-    _init_worker()
     shard = job.shards[i]
     check_schema(job, shard, read_schema(shard))
     cols = list(job.columns)
@@ -177,7 +178,6 @@ def spill_task(job: Job, i: int, num_rows: int, seg_row, seg_start, seg_len, seg
     from ..formats import arrow as A
     from ._hash import hash_into, list_values
 
-    _init_worker()
     shard = job.shards[i]
     cols = list(job.columns)
     nseg = seg_row.size
@@ -245,7 +245,6 @@ def assemble_task(job: Job, f: int, sources, pack_offsets, first_pos: int):
 
     from ..formats import arrow as A
 
-    _init_worker()
     cols = list(job.columns)
     batches, schema = [], None
     for s, ids in sources:
@@ -321,7 +320,6 @@ def verify_task(job: Job, f: int, max_sequences_per_pack):
 
     import pyarrow as pa
 
-    _init_worker()
     path = job.part_path(f)
     hashes = [np.zeros(0, dtype=np.uint64)]
     with pq.ParquetFile(path, pre_buffer=False) as pf:

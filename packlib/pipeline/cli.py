@@ -53,7 +53,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="worker processes (default: CPU count; with ray and no address, the local Ray's CPUs)")
     parser.add_argument("--ray-address", default=None, metavar="ADDR", help="join this Ray cluster (e.g. auto)")
     parser.add_argument("--rows-per-file", type=_positive, default=None, metavar="N",
-                        help="packs per output file (default: about 64 MiB of tokens per file)")
+                        help="packs per output file (default: about 32 MiB of tokens per file)")
     parser.add_argument("--seed", type=int, default=0, help="seed for the packs' order (default 0)")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                         help="progress bars per pass (default: when stderr is a terminal)")

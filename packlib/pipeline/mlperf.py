@@ -77,9 +77,8 @@ def _write_atomic(path: str, data: bytes) -> None:
 def bert_lengths_task(job: BertJob, i: int):
     """Pass 1: decode input file ``i``; its lengths (int32) and list widths ``(L, P)``."""
     from ..formats.mlperf_bert._io import _read_file
-    from ._tasks import _init_worker, _peak
+    from ._tasks import _peak
 
-    _init_worker()
     seqs = _read_file(job.paths[i], compression="auto")
     if seqs is None:
         return np.zeros(0, dtype=np.int32), None, _peak()
@@ -90,9 +89,8 @@ def bert_lengths_task(job: BertJob, i: int):
 def bert_spill_task(job: BertJob, i: int, pos, file_of):
     """Pass 2a: spill input file ``i``'s sequences to the buckets of their output files.
     Returns ``(index, fingerprints, peak)``; ``index`` lists ``(file, offset, size)`` blocks."""
-    from ._tasks import _init_worker, _peak
+    from ._tasks import _peak
 
-    _init_worker()
     if pos.size == 0:
         return [], np.zeros(0, dtype=np.uint64), _peak()
     with open(job.cache_path(i), "rb") as fh:
@@ -125,9 +123,8 @@ def bert_assemble_task(job: BertJob, f: int, sources, pack_offsets, first_pos: i
     """Pass 2b: write output file ``f`` from its blocks (``sources``: ``(shard, offset, size)``)."""
     from ..formats.mlperf_bert import BertSequences, write_packed
     from ..packing import Packs
-    from ._tasks import _init_worker, _peak
+    from ._tasks import _peak
 
-    _init_worker()
     parts, pos = [], []
     for s, offset, size in sources:
         with open(job.spill_path(s), "rb") as fh:
@@ -150,9 +147,8 @@ def bert_assemble_task(job: BertJob, f: int, sources, pack_offsets, first_pos: i
 def bert_verify_task(job: BertJob, f: int):
     """Re-read output file ``f``: ``(sequences, sorted fingerprints, peak)``."""
     from ..formats.mlperf_bert import read_packed
-    from ._tasks import _init_worker, _peak
+    from ._tasks import _peak
 
-    _init_worker()
     got = read_packed([job.part_path(f)], max_sequences_per_pack=job.max_sequences_per_pack,
                       compression=job.compression)
     return got.num_sequences, np.sort(got.fingerprints()), _peak()
@@ -197,7 +193,6 @@ def pack_mlperf_bert(inputs, output_dir, max_sequences_per_pack: int = 3, *, met
     from .. import methods, packing
     from .._validate import as_positive_int, as_seed
     from . import _make_engine
-    from ._tasks import _peak
 
     log = log or (lambda msg: None)
     t_start = time.perf_counter()
@@ -305,7 +300,6 @@ def pack_mlperf_bert(inputs, output_dir, max_sequences_per_pack: int = 3, *, met
     finally:
         if eng is not None:
             eng.close()
-    del _peak
     log(f"done in {time.perf_counter() - t_start:.1f} s")
     return meta
 

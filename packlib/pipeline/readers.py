@@ -22,7 +22,7 @@ import numpy as np
 
 from ._errors import InputError
 
-__all__ = ["Shard", "expand_inputs", "read_schema", "iter_batches", "read_lengths"]
+__all__ = ["Shard", "expand_inputs", "read_schema", "iter_batches"]
 
 _PARQUET_EXT = (".parquet", ".pq")
 _TFRECORD_HINT = (".tfrecord", ".tfrecords", ".tfrecord.gz", ".tfrecords.gz")
@@ -131,23 +131,18 @@ def _bert_table(shard: Shard):
     from ..formats.mlperf_bert import read_unpacked
 
     seqs = read_unpacked([shard.path], compression="auto", progress=False)
-    lens = seqs.lengths
     n = seqs.num_sequences
     offs = pa.array(seqs.seq_offsets.astype(np.int32) if seqs.tokens.size < 2**31 else seqs.seq_offsets)
     labels = np.full(seqs.tokens.size, -100, dtype=np.int32)
     row = np.repeat(np.arange(n), np.diff(seqs.mlm_offsets))
     labels[seqs.seq_offsets[:-1][row] + seqs.mlm_positions] = seqs.mlm_ids
     cls = pa.ListArray if offs.type == pa.int32() else pa.LargeListArray
-    del lens
     return pa.table({
         "input_ids": cls.from_arrays(offs, pa.array(seqs.tokens)),
         "segment_ids": cls.from_arrays(offs, pa.array(seqs.segments)),
         "labels": cls.from_arrays(offs, pa.array(labels)),
         "next_sentence_label": pa.array(seqs.next_sentence_labels.astype(np.int8)),
     })
-
-
-_EMPTY_TFRECORD_SCHEMA = None
 
 
 def _open_ipc(shard: Shard):
@@ -161,7 +156,7 @@ def _open_ipc(shard: Shard):
     return pa.ipc.open_stream(source)
 
 
-_BATCH_BYTES = 16 << 20  # about this many bytes of a shard in memory at a time
+_BATCH_BYTES = 8 << 20  # about this many bytes of a shard in memory at a time
 
 
 def _parquet_batch_rows(f, batch_rows):
@@ -215,13 +210,3 @@ def iter_batches(shard: Shard, columns, batch_rows: int = 65536):
         raise
     except Exception as exc:  # noqa: BLE001
         raise _wrap(shard, exc) from None
-
-
-def read_lengths(shard: Shard, column: str) -> np.ndarray:
-    """Row lengths (int64; null rows count 0) of one list column of a shard."""
-    import pyarrow.compute as pc
-
-    parts = [np.zeros(0, dtype=np.int64)]
-    for b in iter_batches(shard, [column]):
-        parts.append(pc.fill_null(pc.list_value_length(b.column(0)), 0).to_numpy().astype(np.int64))
-    return np.concatenate(parts)
