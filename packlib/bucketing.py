@@ -436,7 +436,7 @@ class BucketedReadaheadBatchIterator:
             if self._random_state:
                 try:
                     self._random.setstate(self._random_state)
-                except (TypeError, ValueError, IndexError, OverflowError) as e:
+                except (TypeError, ValueError, IndexError, KeyError, OverflowError) as e:
                     raise ValueError(
                         f"state['random_state'] is not a random.Random state ({type(e).__name__}: {e}); "
                         "pass a state from getstate()"
@@ -784,7 +784,7 @@ class PackStream:
         if state is not None and not self._source._own:
             # a plain source's state counts items: it must be the start of the stated window
             src = state["source_state"]
-            n = src.get("num_items_yielded") if isinstance(src, dict) else None
+            n = 0 if src is None else src.get("num_items_yielded") if isinstance(src, dict) else None
             expect = state["window"] * self._read_ahead
             if n is not None and not isinstance(n, bool) and isinstance(n, numbers.Integral) and n != expect:
                 raise ValueError(

@@ -154,7 +154,7 @@ def _load_array(path: pathlib.Path, mmap: bool):
         raise _corrupt(path, "the file is missing")
     try:
         return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
-    except (ValueError, OSError, EOFError, TypeError) as exc:
+    except Exception as exc:  # noqa: BLE001 -- a damaged header fails in many ways (even SyntaxError)
         raise _corrupt(path, f"not a readable .npy array ({type(exc).__name__}: {exc})") from None
 
 

@@ -11,8 +11,18 @@ attention_span, position_ids]``; several documents per example, as given by a
 ``position_ids`` restart at 0 per document and ``attention_span`` counts down to each
 document's end, so key ``k`` is visible to query ``q`` iff ``0 <= q - k <= attention_span[k]``.
 
-Both are written with ``chunks=(1, rows, L)`` and gzip: one example per chunk, so a random
-read decompresses one example, not everything before it.
+Both are written with ``chunks=(1, rows, L)``, gzip and a Fletcher-32 checksum per chunk:
+one example per chunk, so a random read decompresses one example, not everything before
+it, and a damaged chunk is an error, not silently different data. :func:`read_hdf5` also
+checks that the examples are consistent (masks, shifted labels, positions and spans), so a
+damaged chunk index -- which HDF5 reads back as an all-padding example -- is refused too.
+
+>>> import os, tempfile, numpy as np
+>>> path = os.path.join(tempfile.mkdtemp(), "docs.h5")
+>>> write_hdf5(path, np.arange(1, 8), [0, 3, 7], max_sequence_length=4)
+2
+>>> read_hdf5(path)["labels"].tolist()
+[[2, 3, 0, 0], [5, 6, 7, 0]]
 """
 from __future__ import annotations
 
@@ -20,9 +30,9 @@ import os
 
 import numpy as np
 
-from .._validate import as_int, as_int_array, as_nonnegative_int, as_optional_int, as_positive_int
+from .._validate import as_bool, as_int, as_int_array, as_nonnegative_int, as_optional_int, as_positive_int
 
-__all__ = ["write_hdf5", "read_hdf5"]
+__all__ = ["write_hdf5", "read_hdf5", "check_examples"]
 
 CLASSIC_ROWS = ("input_ids", "attention_mask", "labels")
 PACKED_ROWS = ("input_ids", "input_mask", "labels", "attention_span", "position_ids")
@@ -92,7 +102,10 @@ def write_hdf5(path, tokens, doc_offsets, packs=None, *, max_sequence_length: in
     max_sequence_length : int
         ``L``, the example width.
     pad_id : int, default 0
-    compression : "gzip" or None
+        Token id of padding positions (in ``input_ids`` and ``labels``); must fit in int32.
+    compression : "gzip", "lzf" or None
+    chunk_rows : int, default 4096
+        Examples built and written per step (memory: ``chunk_rows x rows x L`` int32).
 
     Raises
     ------
@@ -134,6 +147,8 @@ def write_hdf5(path, tokens, doc_offsets, packs=None, *, max_sequence_length: in
         with h5py.File(tmp, "w") as f:
             f.attrs["n_examples"] = n
             kw = dict(compression=compression) if compression else {}
+            if n:
+                kw["fletcher32"] = True  # a checksum per chunk: damage is an error on read
             ds = f.create_dataset("data", shape=(n, rows, L), dtype="i4", chunks=(1, rows, L) if n else None, **kw)
             for a in range(0, n, chunk_rows):
                 b = min(n, a + chunk_rows)
@@ -156,8 +171,18 @@ def write_hdf5(path, tokens, doc_offsets, packs=None, *, max_sequence_length: in
     return int(n)
 
 
-def read_hdf5(path, start: int = 0, stop: int | None = None) -> dict:
+def read_hdf5(path, start: int = 0, stop: int | None = None, *, verify: bool = True) -> dict:
     """Read examples ``start .. stop-1`` of a Cerebras-style file.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+    start, stop : int, optional
+        The examples to read (``stop=None``: to the end), as a Python slice of
+        non-negative bounds.
+    verify : bool, default True
+        Check that the examples are consistent (see :func:`check_examples`); a damaged or
+        foreign file raises ``ValueError``. ``False`` returns the data as stored.
 
     Returns
     -------
@@ -166,6 +191,7 @@ def read_hdf5(path, start: int = 0, stop: int | None = None) -> dict:
         ``PACKED_ROWS``, told apart by the number of rows), plus ``data`` itself.
     """
     h5py = _h5py()
+    verify = as_bool(verify, "verify")
     start = as_nonnegative_int(start, "start")
     stop = as_optional_int(stop, "stop", minimum=0)
     if not os.path.exists(path):
@@ -189,6 +215,65 @@ def read_hdf5(path, start: int = 0, stop: int | None = None) -> dict:
     except (OSError, KeyError, RuntimeError, TypeError) as exc:  # h5py's errors on damaged files
         raise ValueError(f"{path}: not a readable HDF5 file ({type(exc).__name__}: {exc}); it is corrupt or truncated") from None
     names = CLASSIC_ROWS if data.shape[1] == 3 else PACKED_ROWS
+    if verify:
+        problem = check_examples(data)
+        if problem:
+            i, what = problem
+            raise ValueError(
+                f"{path}: example {start + i} {what}: the file is damaged or not written by packlib "
+                "(pass verify=False to read it as stored)"
+            )
     out = {"n_examples": n, "data": data}
     out.update({name: data[:, i, :] for i, name in enumerate(names)})
     return out
+
+
+def check_examples(data: np.ndarray) -> tuple[int, str] | None:
+    """Why examples ``data`` (``(n, 3 or 5, L)``, as :func:`write_hdf5` writes them) are
+    inconsistent, as ``(example, reason)``, or None if they are consistent.
+
+    Every example holds at least one real position, real positions come first (the mask
+    is 1 then 0), a label is the next position's input id within a document, padding is
+    one ``pad_id`` in ``input_ids`` and ``labels``; packed examples also have
+    ``position_ids`` counting from 0 in each document and ``attention_span`` counting down
+    to its end.
+    """
+    if data.shape[0] == 0:
+        return None
+    ids, mask, labels = data[:, 0, :], data[:, 1, :], data[:, 2, :]
+
+    def first(bad: np.ndarray, what: str):
+        rows = np.flatnonzero(bad.reshape(bad.shape[0], -1).any(axis=1))
+        return (int(rows[0]), what) if rows.size else None
+
+    checks = [
+        (~np.isin(mask, (0, 1)), "has a mask value other than 0 and 1"),
+        (mask[:, 0] != 1, "has no real token (all padding)"),
+        (mask[:, 1:] > mask[:, :-1], "has padding before a real token"),
+    ]
+    pad = mask == 0
+    checks.append(((ids != labels) & pad, "has padding whose input id and label differ"))
+    if pad.any():
+        pad_id = ids[pad][0]
+        checks.append((pad & (ids != pad_id), "has two different padding ids"))
+    if data.shape[1] == 3:
+        same_doc = mask[:, 1:] == 1
+    else:
+        span, pos = data[:, 3, :], data[:, 4, :]
+        real = mask == 1
+        step = (pos[:, 1:] == pos[:, :-1] + 1) & real[:, 1:]
+        checks += [
+            (real[:, :1] & (pos[:, :1] != 0), "does not start a document at position 0"),
+            (real[:, 1:] & (pos[:, 1:] != 0) & ~step, "has position_ids that neither restart at 0 nor count up"),
+            (pad & ((pos != 0) | (span != 0)), "has padding with non-zero position_ids or attention_span"),
+            (step & (span[:, 1:] != span[:, :-1] - 1), "has attention_span not counting down within a document"),
+            (real[:, :-1] & ~step & (span[:, :-1] != 0), "has a document whose attention_span does not end at 0"),
+            (real[:, -1:] & (span[:, -1:] != 0), "has a document whose attention_span does not end at 0"),
+        ]
+        same_doc = step
+    checks.append((same_doc & (labels[:, :-1] != ids[:, 1:]), "has a label that is not the next input id"))
+    for bad, what in checks:
+        found = first(bad, what)
+        if found:
+            return found
+    return None
