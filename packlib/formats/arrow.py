@@ -424,8 +424,12 @@ def _gather_values(column, row, start, length, out_pos, total, by_row, sources: 
     return pc.take(flat, pa.array(idx))
 
 
-def _gather(table, columns, row, start, length, pack_offsets, position_ids: bool):
-    """:func:`gather_packs` on validated input."""
+def _gather(table, columns, row, start, length, pack_offsets, position_ids: bool, row_sorted=None):
+    """:func:`gather_packs` on validated input.
+
+    ``row_sorted``: optionally ``(row, start, length, order)`` of the same segments already
+    sorted by row, ``order[k]`` being the sorted index of segment ``k`` (as
+    :func:`make_segments` and ``Packs.indices`` give them), which saves sorting them here."""
     from .._kernels.arrow import order_by_row, segment_positions
 
     pa = _pyarrow()
@@ -438,9 +442,15 @@ def _gather(table, columns, row, start, length, pack_offsets, position_ids: bool
     large = pa.types.is_large_list(types[0])
     any_32 = any(pa.types.is_list(t) for t in types) or (position_ids and not large)
     cuts = _cuts(tok_off if any_32 else pack_offsets, _MAX_OFFSET)
-    perm = order_by_row(row, table.num_rows)
-    by_row = (row[perm], start[perm], length[perm], out_pos[perm])
-    del perm
+    if row_sorted is None:
+        perm = order_by_row(row, table.num_rows)
+        by_row = (row[perm], start[perm], length[perm], out_pos[perm])
+        del perm
+    else:
+        r_s, s_s, n_s, order = row_sorted
+        o_s = np.empty_like(out_pos)
+        o_s[order] = out_pos
+        by_row = (r_s, s_s, n_s, o_s)
     sources: dict = {}
     arrays, fields = [], []
     for name, t in zip(columns, types):
@@ -556,7 +566,8 @@ def _pack(table, rows_map, L, columns, method, depth, overflow, position_ids, se
     row = seg.row[order]
     if rows_map is not None:
         row = rows_map[row]
-    out = _gather(table, cols, row, seg.start[order], seg.length[order], packs.offsets, position_ids)
+    row_sorted = (seg.row, seg.start, seg.length, order) if rows_map is None else None
+    out = _gather(table, cols, row, seg.start[order], seg.length[order], packs.offsets, position_ids, row_sorted)
     tokens = seg.num_tokens
     rows = packs.num_packs
     bound = -(-tokens // L)
