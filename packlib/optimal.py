@@ -40,6 +40,7 @@ __all__ = ["Certificate", "LowerBound", "lower_bound", "optimal_pack"]
 
 _USE_HIGHS_BINDINGS = True  # False: a cold linprog solve per round (tests exercise this path)
 _IMPROVE = 1e-9  # a pattern enters when its value exceeds 1 + _IMPROVE
+_LONG_CONTEXT = 1024  # above this L: no column generation, no NNLSHP (see _long_context)
 _MAX_ROUNDS = 10_000  # LP rounds per phase of column generation (status 2 when reached)
 
 
@@ -199,6 +200,8 @@ class LowerBound:
         status = self.info.get("lp", "solved")
         if status == "skipped":
             lp = "LP not needed"
+        elif status.startswith("not solved"):
+            lp = f"L2 bound {self.lp_bound:,}"
         elif math.isnan(self.lp_value):
             lp = "LP not run (time limit)"
         else:
@@ -427,6 +430,61 @@ def _simple_certificates(h: np.ndarray, L: int, depth: int | None) -> list[Certi
     return out
 
 
+def _l2_certificate(h: np.ndarray, L: int, depth: int | None):
+    """The best certificate of the Martello-Toth L2 family: for a threshold ``k <= L/2``,
+    a sequence longer than ``L - k`` is priced ``L`` (only sequences shorter than ``k``
+    fit beside it, and they are priced 0), one of length ``k..L-k`` its length, a
+    shorter one 0; the denominator is ``L``. Any pack is worth at most ``L``: either it
+    holds a long sequence and nothing else priced, or its priced lengths add up to at most
+    ``L``. ``k`` maximises ``long sequences * L + tokens in k..L-k``, in ``O(L)``.
+    Returns ``(certificate, k)`` or ``(None, 0)``."""
+    if not h.any() or L < 2:
+        return None, 0
+    lengths = np.arange(1, L + 1, dtype=np.int64)
+    tok = np.concatenate([[0], np.cumsum(h * lengths)])  # tok[j]: tokens of lengths <= j
+    cnt = np.concatenate([[0], np.cumsum(h)])
+    k = np.arange(1, L // 2 + 1)
+    value = (cnt[L] - cnt[L - k]) * L + (tok[L - k] - tok[k - 1])  # exact: < 2**63 for real inputs
+    best = int(k[int(np.argmax(value))])
+    lens = np.flatnonzero(h) + 1
+    prices = np.where(lens > L - best, L, np.where(lens >= best, lens, 0)).astype(np.int64)
+    return _certificate(lens, h[lens - 1], prices, L, L, depth), best
+
+
+def _verified(cert: Certificate | None) -> Certificate | None:
+    """``cert`` if an exact check proves every pack worth at most its denominator (without
+    the depth limit, which can only lower a pack's worth), else None."""
+    from ._kernels.optimal import pack_value_at_most
+
+    if cert is None:
+        return None
+    L, den = cert.max_sequence_length, cert.denominator
+    dear = np.array([int(p) * L > den * int(l) for p, l in zip(cert.prices.tolist(), cert.lengths.tolist())], dtype=np.bool_)
+    ok = pack_value_at_most(cert.lengths, cert.prices, dear, L, np.int64(den))
+    return cert if ok else None
+
+
+def _fill_plan(h: np.ndarray, L: int, depth: int | None):
+    """The best of the exact-fill packings (see :func:`packlib._kernels.optimal.exact_fill`)
+    as ``(strategies, counts, mode)``."""
+    from ._kernels.optimal import exact_fill
+
+    D = 0 if depth is None else depth
+    best = None
+    for mode in ((3, 2, 0) if D else (2, 0)):
+        items, offsets, counts = exact_fill(h, L, D, mode)
+        if best is None or counts.sum() < best[2].sum():
+            best = (items, offsets, counts, mode)
+    items, offsets, counts, mode = best
+    sizes = np.diff(offsets)
+    width = int(sizes.max()) if sizes.size else 1
+    strategies = np.zeros((counts.size, width), dtype=np.int64)
+    rows = np.repeat(np.arange(counts.size), sizes)
+    cols = np.arange(items.size) - np.repeat(offsets[:-1], sizes)
+    strategies[rows, cols] = items
+    return strategies, counts, mode
+
+
 def _best_certificate(certs):
     """The certificate proving the highest fraction ``sum(counts*prices)/denominator``."""
     certs = [c for c in certs if c is not None]
@@ -521,6 +579,14 @@ def _simple_bounds(h: np.ndarray, L: int, depth: int | None) -> tuple[int, int, 
     return trivial, large, card
 
 
+class _Plan:
+    """Strategies and counts of a plan that is not (yet) a :class:`PackingPlan`."""
+
+    def __init__(self, strategies, counts):
+        self.strategies, self.counts = strategies, counts
+        self.num_packs = int(counts.sum())
+
+
 class _Solver:
     """State shared by :func:`lower_bound` and :func:`optimal_pack` for one input."""
 
@@ -542,11 +608,16 @@ class _Solver:
         return False
 
     def run_heuristics(self, names=("lpfhp", "spfhp", "nnls")) -> None:
+        from ._nnls_limits import nnls_fits
         from .methods import get
 
         for name in names:
-            # the greedy packers take milliseconds; NNLSHP only runs while time is left
-            if name not in self.heuristics and (name != "nnls" or self.time_left()):
+            if name in self.heuristics:
+                continue
+            if name == "fill":
+                self.heuristics[name] = _Plan(*_fill_plan(self.h, self.L, self.depth)[:2])
+            elif name != "nnls" or (self.time_left() and nnls_fits(self.L)):
+                # the greedy packers take milliseconds; NNLSHP only runs while time is left
                 self.heuristics[name] = get(name).function(self.h, max_sequence_length=self.L, max_sequences_per_pack=self.depth)
 
     def bound(self, first_rounds: int = 6, lp: bool = True) -> LowerBound:
@@ -560,7 +631,7 @@ class _Solver:
         lp_value, converged, rounds, columns = float("nan"), False, 0, 0
         proven = False
         timed_out = False
-        certs = _simple_certificates(h, L, depth)
+        certs = _simple_certificates(h, L, depth) + [_verified(_l2_certificate(h, L, depth)[0])]
         if not h.any():
             lp_value, converged = 0.0, True
         if lp and h.any() and self.time_left():
@@ -601,6 +672,9 @@ class _Solver:
         lp_bound = 0 if cert is None else cert.bound
         if converged or not lp:
             status, message = 0, ("LP solved" if converged and lp else "LP not needed") + "; the bound is proven"
+            if not lp and L > _LONG_CONTEXT:
+                message = ("long context: the bound comes from the L2 dual-feasible prices and the simple bounds "
+                           "(the LP is not solved); it is proven")
             if proven:
                 message = "column generation stopped once the ceiling of the LP was proven; the bound is proven"
         elif timed_out:
@@ -619,7 +693,7 @@ class _Solver:
             max_sequences_per_pack=depth,
             info={"rounds": rounds, "columns": columns, "seconds": time.perf_counter() - t0,
                   "lp": ("ceiling proven" if proven else "solved") if converged and lp
-                  else ("skipped" if not lp else "stopped early")},
+                  else (("not solved (long context)" if L > _LONG_CONTEXT else "skipped") if not lp else "stopped early")},
             certificate=cert,
             status=status,
             message=message,
@@ -697,6 +771,8 @@ def lower_bound(histogram, max_sequence_length: int | None = None, max_sequences
     """
     h, L, depth = _histogram_args(histogram, max_sequence_length, max_sequences_per_pack)
     solver = _Solver(h, L, depth, None)
+    if L > _LONG_CONTEXT:
+        return solver.bound(lp=False)
     if h.any():
         solver.run_heuristics(("lpfhp", "spfhp"))
     return solver.bound()
@@ -751,18 +827,22 @@ def optimal_pack(
     h, L, depth = _histogram_args(histogram, max_sequence_length, max_sequences_per_pack)
     limit = _as_time_limit(time_limit)
     solver = _Solver(h, L, depth, None if limit is None else t0 + limit)
-    solver.run_heuristics(("lpfhp", "spfhp"))
+    long = L > _LONG_CONTEXT
+    # SPFHP and LPFHP cost O(L**2 * depth): skipped at long context
+    solver.run_heuristics(("fill",) if L > 2 * _LONG_CONTEXT else ("lpfhp", "spfhp", "fill"))
     trivial, large, card = _simple_bounds(h, L, depth)
     greedy_best = min(p.num_packs for p in solver.heuristics.values())
     # a greedy plan that meets a simple bound is optimal: no LP needed. Otherwise NNLSHP
     # nearly always runs anyway (the guarantee), and its strategies seed the LP
-    need_lp = greedy_best > max(trivial, large, card)
+    l2_cert = _verified(_l2_certificate(h, L, depth)[0])
+    l2 = 0 if l2_cert is None else l2_cert.bound
+    need_lp = greedy_best > max(trivial, large, card, l2) and not long
     if need_lp:
         solver.run_heuristics(("nnls",))
     lb = solver.bound(lp=need_lp)
     found = None
     heuristic_best = min(p.num_packs for p in solver.heuristics.values())
-    if heuristic_best > lb.bound:
+    if heuristic_best > lb.bound and not long:
         found = solver.round_and_repair(lb.bound, heuristic_best)
         best_so_far = heuristic_best if found is None else found[0]
         if best_so_far > lb.bound and "nnls" not in solver.heuristics:

@@ -120,19 +120,63 @@ def best_pack_value_fast(lengths, prices, L, depth) -> int:
     return int(f[depth, L])
 
 
+def _split_check(lens, pr, L, den) -> bool:
+    """True if every pack of any number of sequences (so also of at most ``depth``) is
+    worth at most ``den``; False if that is not proven this way.
+
+    Call a length *dear* if it is worth more than ``den / L`` per token. A pack's cheap
+    sequences in ``c`` tokens are worth at most ``F(c) <= den * c / L``. So a pack whose
+    dear sequences take exactly ``s`` tokens and are worth ``G(s)`` (the best such value,
+    a knapsack over the dear lengths only) is worth at most ``G(s) + F(L - s)``. Where the
+    estimate ``den * c / L`` does not settle it, ``F`` is computed exactly (a knapsack over
+    the cheap lengths, for capacities up to the largest such ``c``)."""
+    order = np.argsort(lens, kind="stable")
+    lens, pr = lens[order], pr[order]
+    if (pr > den).any():
+        return False
+    dear = pr.astype(object) * L > lens.astype(object) * den
+    if not dear.any():
+        return True  # no pack of at most L tokens exceeds den
+    G = np.full(L + 1, -1, np.int64)  # best price of dear sequences of exactly s tokens
+    G[0] = 0
+    for l, p in zip(lens[dear].tolist(), pr[dear].tolist()):
+        for _ in range(L // l):  # one more copy of l per pass
+            prev = G[: L + 1 - l].copy()
+            ok = prev >= 0
+            cand = np.where(ok, prev + p, -1)
+            np.maximum(G[l:], cand, out=G[l:])
+    s = np.flatnonzero(G >= 0)
+    s = s[s > 0]
+    c = L - s
+    estimate = G[s].astype(object) + (c.astype(object) * den) // L
+    need = estimate > den
+    if not need.any():
+        return True
+    C = int(c[need].max())
+    F = np.zeros(C + 1, np.int64)  # exact best cheap fill of c tokens
+    cl, cp = lens[~dear], pr[~dear]
+    for cap in range(1, C + 1):
+        k = np.searchsorted(cl, cap, side="right")
+        best = F[cap - 1]
+        if k:
+            best = max(best, int((F[cap - cl[:k]] + cp[:k]).max()))
+        F[cap] = best
+    return bool((G[s[need]] + F[c[need]] <= den).all())
+
+
 def check_fast(cert, histogram=None) -> int:
-    """:func:`check` with :func:`best_pack_value_fast`, plus one exact shortcut: if no
-    length is worth more than ``denominator / L`` per token, a pack of at most ``L``
-    tokens is worth at most ``denominator`` and no DP is needed."""
+    """:func:`check` with numpy: first the exact split of :func:`_split_check` (dear
+    lengths by a knapsack, the rest by tokens; enough whenever few lengths are dear or
+    they are long), then, if that does not prove it, the full DP of
+    :func:`best_pack_value_fast`."""
     lengths, counts, prices, den, L, depth = _fields(cert)
     _validate(lengths, counts, prices, den, L)
     if histogram is not None:
         _check_histogram(cert, histogram)
     lens = np.asarray(lengths, dtype=np.int64)
     pr = np.asarray(prices, dtype=np.int64)
-    if not (pr.astype(object) * L > lens.astype(object) * den).any():
-        v = None  # every price is at most den/L per token: no pack exceeds den
-    else:
+    if not _split_check(lens, pr, L, den):
+        # not proven without the depth limit: the exact DP with it decides
         v = best_pack_value_fast(lens, pr, L, depth)
         if v > den:
             raise AssertionError(f"a pack is worth {v} > denominator {den}")

@@ -215,3 +215,214 @@ def max_pack_value(lens, prices, L, D):
                     if cand > cur[s]:
                         cur[s] = cand
     return g[ncard - 1, L]
+
+
+@jit
+def _largest_present(parent, g):
+    """Largest length ``<= g`` still available (``parent[l] == l``), 0 if none; path
+    halving keeps the chains short."""
+    r = g
+    while parent[r] != r:
+        parent[r] = parent[parent[r]]
+        r = parent[r]
+    return r
+
+
+@jit
+def exact_fill(h, L, D, mode):
+    """Pack a histogram pack by pack, aiming for packs that are exactly full.
+
+    Each pack starts with the longest sequence left. While there is room (and fewer than
+    ``D`` sequences; ``D = 0``: unlimited), the gap ``g`` is filled by one rule:
+
+    - ``mode 0``: the longest sequence that fits (best fit);
+    - ``mode 1``: a sequence of length exactly ``g`` if one is left, else two that add up
+      to ``g`` (the longer one as long as possible), else best fit;
+    - ``mode 2``: like 1, but the pair as even as possible, which keeps the short
+      sequences for the packs that need them at the end;
+    - ``mode 3`` (depth limits): like 2, but while the pack holds fewer sequences than the
+      rest of the histogram needs per pack on average (``sequences * L / tokens``), it
+      takes the longest sequence of at most ``g / (slots wanted)``, so short sequences
+      are spread over the packs instead of piling up at the end.
+
+    A pack is repeated while every length it uses has enough copies left. Returns
+    ``(items, offsets, counts)``: pack type ``t`` holds ``items[offsets[t]:offsets[t+1]]``
+    (descending) and is used ``counts[t]`` times. Lengths without copies are skipped in
+    ``O(1)`` amortised (a union-find over lengths), so the cost is about
+    ``O(types * depth)`` plus the pair searches (``O(g)`` each).
+    """
+    rem = h.copy()
+    parent = np.arange(L + 1)
+    for l in range(1, L + 1):
+        if rem[l - 1] == 0:
+            parent[l] = l - 1
+    cap_items = 1024
+    items = np.zeros(cap_items, np.int64)
+    cap_types = 1024
+    offsets = np.zeros(cap_types + 1, np.int64)
+    counts = np.zeros(cap_types, np.int64)
+    n_types = 0
+    n_items = 0
+    pack = np.zeros(L, np.int64)
+    items_left = np.int64(0)
+    tokens_left = np.int64(0)
+    for l in range(1, L + 1):
+        items_left += rem[l - 1]
+        tokens_left += rem[l - 1] * l
+    while True:
+        a = _largest_present(parent, L)
+        if a == 0:
+            break
+        n = 0
+        gap = L
+        target = 0
+        if mode >= 3 and D > 0:
+            # sequences per pack the rest needs on average (tokens / L packs)
+            target = np.int64(np.ceil(items_left * L / max(tokens_left, 1)))
+        while gap > 0 and (D == 0 or n < D):
+            spread = 0
+            if mode >= 3 and D > 0:
+                want = min(D, max(2, target)) - n  # sequences this pack should still take
+                if want >= 3:
+                    spread = want
+            if rem[gap - 1] > 0 and spread == 0:  # close the pack exactly with one sequence
+                b = gap
+            elif spread > 0:
+                b = _largest_present(parent, max(1, gap // spread))
+                if b == 0:
+                    b = _largest_present(parent, gap)
+                    if b == 0:
+                        break
+            else:
+                b = 0
+                if D == 0 or n + 2 <= D:  # ... or with two, as even as possible
+                    if mode >= 2:
+                        # the shorter of the pair, longest first (so the pair is even)
+                        d = _largest_present(parent, gap // 2)
+                        tries = 0
+                        while d > 0 and tries < 4096:
+                            c = gap - d
+                            if c <= L and rem[c - 1] > (1 if c == d else 0):
+                                b = c
+                                break
+                            d = _largest_present(parent, d - 1)
+                            tries += 1
+                    elif mode == 1:
+                        c = _largest_present(parent, gap - 1)
+                        while c > 0 and 2 * c >= gap:
+                            if rem[gap - c - 1] > (1 if c == gap - c else 0):
+                                b = c
+                                break
+                            c = _largest_present(parent, c - 1)
+                if b == 0:
+                    b = _largest_present(parent, gap)
+                    if b == 0:
+                        break
+            pack[n] = b
+            n += 1
+            gap -= b
+            rem[b - 1] -= 1
+            if rem[b - 1] == 0:
+                parent[b] = b - 1
+        # sort descending (the exact closer may be longer than the items before it)
+        for i in range(1, n):
+            v = pack[i]
+            j = i - 1
+            while j >= 0 and pack[j] < v:
+                pack[j + 1] = pack[j]
+                j -= 1
+            pack[j + 1] = v
+        m = np.int64(1) << 62
+        i = 0
+        while i < n:
+            l = pack[i]
+            c = 1
+            while i + c < n and pack[i + c] == l:
+                c += 1
+            m = min(m, rem[l - 1] // c)
+            i += c
+        if m > 0:
+            for i in range(n):
+                l = pack[i]
+                rem[l - 1] -= m
+                if rem[l - 1] == 0:
+                    parent[l] = l - 1
+        if n_items + n > cap_items:
+            cap_items = max(2 * cap_items, n_items + n)
+            new = np.zeros(cap_items, np.int64)
+            new[:n_items] = items[:n_items]
+            items = new
+        if n_types == cap_types:
+            cap_types *= 2
+            new_o = np.zeros(cap_types + 1, np.int64)
+            new_o[: n_types + 1] = offsets[: n_types + 1]
+            offsets = new_o
+            new_c = np.zeros(cap_types, np.int64)
+            new_c[:n_types] = counts[:n_types]
+            counts = new_c
+        for i in range(n):
+            items[n_items + i] = pack[i]
+        n_items += n
+        counts[n_types] = 1 + m
+        n_types += 1
+        for i in range(n):
+            items_left -= 1 + m
+            tokens_left -= (1 + m) * pack[i]
+        offsets[n_types] = n_items
+    return items[:n_items].copy(), offsets[: n_types + 1].copy(), counts[:n_types].copy()
+
+
+@jit
+def pack_value_at_most(lens, prices, dear, L, den):
+    """Whether every pack (any number of sequences, at most ``L`` tokens) of ``lens``
+    (any copies) has a price sum of at most ``den``. Exact, in int64.
+
+    ``dear[i]``: length ``i`` is worth more than ``den / L`` per token. Packs are split into
+    their dear part (a DP over the dear lengths only: best price of a dear multiset of
+    exactly ``s`` tokens) and the rest, which in ``c`` free tokens is worth at most
+    ``den * c / L``, and exactly (a DP over the cheap lengths up to the largest ``c``
+    where that estimate is not enough) where needed. Fast when the dear lengths are few
+    or long, as in the L2 certificates; every price must be ``<= den <= 2**40``.
+    """
+    n = lens.size
+    for i in range(n):
+        if prices[i] > den:
+            return False
+    G = np.full(L + 1, -1, np.int64)
+    G[0] = 0
+    for i in range(n):
+        if not dear[i]:
+            continue
+        l = lens[i]
+        p = prices[i]
+        for s in range(l, L + 1):
+            if G[s - l] >= 0 and G[s - l] + p > G[s]:
+                G[s] = G[s - l] + p
+    # the largest free space whose cheap fill must be computed exactly
+    C = 0
+    for s in range(1, L + 1):
+        if G[s] >= 0:
+            c = L - s
+            if G[s] + (den // L) * c + ((den % L) * c) // L > den and c > C:  # floor(den*c/L)
+                C = c
+    if C == 0:
+        for s in range(1, L + 1):
+            if G[s] > den:
+                return False
+        return True
+    F = np.zeros(C + 1, np.int64)
+    for i in range(n):
+        if dear[i]:
+            continue
+        l = lens[i]
+        p = prices[i]
+        for c in range(l, C + 1):
+            if F[c - l] + p > F[c]:
+                F[c] = F[c - l] + p
+    for s in range(1, L + 1):
+        if G[s] >= 0:
+            c = L - s
+            fill = F[c] if c <= C else (den // L) * c + ((den % L) * c) // L
+            if G[s] + fill > den:
+                return False
+    return True
