@@ -20,8 +20,11 @@ every 0.5 ms from /proc/self/statm by a thread) above its level before the call,
 tracemalloc's peak (numpy's temporaries) plus the pyarrow memory-pool bytes the call leaves
 allocated (``pyarrow.total_allocated_bytes``: the packed output, which is allocated there).
 
-The machine is shared (2 cores, several users): compare ratios. packlib figures are
-medians of 3 warm runs; TRL runs once per strategy (its map is ~30 s at 1 M rows).
+The machine is shared (2 cores, several users) and its load changes by the minute: compare
+ratios. TRL runs once per strategy (its map is ~30 s at 1 M rows); each packlib figure is the
+median of 4 warm runs, 2 just before and 2 just after the TRL run it is compared with. Wall
+and CPU time (``time.process_time``: user + system time of this process, page faults
+included) are both shown; CPU time is less disturbed by other users' processes.
 """
 from __future__ import annotations
 
@@ -40,7 +43,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import packlib  # noqa: E402
-from benchmarks._common import fmt, lognormal_lengths, timed  # noqa: E402
+from benchmarks._common import fmt, lognormal_lengths  # noqa: E402
 from packlib.formats import arrow as pa_arrow  # noqa: E402
 
 L = 2048
@@ -65,6 +68,13 @@ def make_table(n: int, seed: int = 0):
         "labels": pa.ListArray.from_arrays(o32, pa.array(labels)),
     })
     return table, lengths, tokens, ids.nbytes + mask.nbytes + labels.nbytes
+
+
+def timed_cpu(fn):
+    """(wall seconds, CPU seconds of this process, result) of one call of ``fn``."""
+    w0, c0 = time.perf_counter(), time.process_time()
+    out = fn()
+    return time.perf_counter() - w0, time.process_time() - c0, out
 
 
 def rss_bytes() -> int:
@@ -137,59 +147,76 @@ def main():
     # memory first, before pyarrow's pool holds memory freed by earlier runs
     extra_rss, traced = peak_memory(lambda: pa_arrow.pack_table(table, L))
 
-    rows = []   # (what, overflow, time, packed rows, tokens)
-    results = {}
-    for overflow in ("truncate", "split"):
-        t, out = timed(lambda: pa_arrow.pack_table(table, L, overflow=overflow))
-        rep = pa_arrow.packing_report(out)
-        results[overflow] = seq_lengths_sorted(out)
-        rows.append(("packlib `pack_table`", overflow, t, rep["packed_rows"], rep["tokens"]))
-        del out
-        gc.collect()
-    for overflow in ("truncate", "split"):
-        t, out = timed(lambda: pa_arrow.pack_dataset(ds, L, overflow=overflow))
-        rep = pa_arrow.packing_report(out)
-        rows.append(("packlib `pack_dataset`", overflow, t, rep["packed_rows"], rep["tokens"]))
-        del out
-        gc.collect()
-    if not args.quick:
-        t, out = timed(lambda: pa_arrow.pack_table(table, L, method="nnls"), repeat=1)
-        rep = pa_arrow.packing_report(out)
-        rows.append(("packlib `pack_table(method=\"nnls\")`", "truncate", t, rep["packed_rows"], rep["tokens"]))
-        del out
-        gc.collect()
-    t_lens, packs = timed(lambda: packlib.bfd_pack(np.minimum(lengths, L), L))
-    rows.append(("(`packlib.bfd_pack` on the lengths alone)", "truncate", t_lens, packs.num_packs, packs.num_tokens))
+    try:
+        from trl.data_utils import pack_dataset as trl_pack
+    except Exception as e:  # pragma: no cover
+        print(f"TRL not importable ({e}); no baseline\n")
+        trl_pack = None
+    if args.no_trl:
+        trl_pack = None
 
-    trl = {}     # overflow -> time
-    trl_rows = []
-    if not args.no_trl:
-        try:
-            from trl.data_utils import pack_dataset as trl_pack
-        except Exception as e:  # pragma: no cover
-            print(f"TRL not importable ({e}); no baseline\n")
-        else:
-            strategies = ["bfd"] if args.quick else ["bfd", "bfd_split"]
-            for strategy in strategies:
-                t0 = time.perf_counter()
-                out = trl_pack(ds, seq_length=L, strategy=strategy)
-                tt = time.perf_counter() - t0
-                sl = seq_lengths_sorted(out)
-                overflow = "truncate" if strategy == "bfd" else "split"
-                trl[overflow] = tt
-                trl_rows.append((f"TRL `pack_dataset(strategy=\"{strategy}\")`", overflow, tt, len(out), int(sl.sum())))
-                same = np.array_equal(sl, results[overflow])
-                print(f"TRL strategy={strategy!r}: same multiset of segment lengths as packlib overflow={overflow!r}: {same}")
+    # The machine is shared and its load changes by the minute, so every packlib figure is
+    # the median of runs taken just before and just after the TRL run it is compared with.
+    runs = {}   # (what, overflow) -> list of (wall, cpu); last report
+    reports = {}
+    results = {}
+
+    def ours(overflow, rounds):
+        for what, fn in (("packlib `pack_table`", lambda: pa_arrow.pack_table(table, L, overflow=overflow)),
+                         ("packlib `pack_dataset`", lambda: pa_arrow.pack_dataset(ds, L, overflow=overflow))):
+            for _ in range(rounds):
+                wall, cpu, out = timed_cpu(fn)
+                runs.setdefault((what, overflow), []).append((wall, cpu))
+                reports[(what, overflow)] = pa_arrow.packing_report(out)
+                if what.endswith("`pack_table`"):
+                    results[overflow] = seq_lengths_sorted(out)
                 del out
                 gc.collect()
 
-    print("\n| what | overflow | time | packed rows | over ⌈tokens/L⌉ | speed-up vs TRL (same overflow) |")
-    print("|---|---|---:|---:|---:|---:|")
-    for what, overflow, t, nrows, tokens in rows + trl_rows:
+    trl = {}    # overflow -> (wall, cpu, rows, tokens)
+    strategies = ["bfd"] if args.quick else ["bfd", "bfd_split"]
+    for strategy in strategies:
+        overflow = "truncate" if strategy == "bfd" else "split"
+        ours(overflow, 2)
+        if trl_pack is not None:
+            wall, cpu, out = timed_cpu(lambda: trl_pack(ds, seq_length=L, strategy=strategy))
+            sl = seq_lengths_sorted(out)
+            trl[overflow] = (wall, cpu, len(out), int(sl.sum()))
+            same = np.array_equal(sl, results[overflow])
+            print(f"TRL strategy={strategy!r}: same multiset of segment lengths as packlib overflow={overflow!r}: {same}")
+            del out
+            gc.collect()
+        ours(overflow, 2)
+    if args.quick:
+        ours("split", 3)
+
+    rows = []   # (what, overflow, wall, cpu, packed rows, tokens)
+    for (what, overflow), ts in runs.items():
+        rep = reports[(what, overflow)]
+        rows.append((what, overflow, float(np.median([t[0] for t in ts])), float(np.median([t[1] for t in ts])),
+                     rep["packed_rows"], rep["tokens"]))
+    if not args.quick:
+        wall, cpu, out = timed_cpu(lambda: pa_arrow.pack_table(table, L, method="nnls"))
+        rep = pa_arrow.packing_report(out)
+        rows.append(("packlib `pack_table(method=\"nnls\")`", "truncate", wall, cpu, rep["packed_rows"], rep["tokens"]))
+        del out
+        gc.collect()
+    clipped = np.minimum(lengths, L)
+    packlib.bfd_pack(clipped, L)
+    wall, cpu, packs = timed_cpu(lambda: packlib.bfd_pack(clipped, L))
+    rows.append(("(`packlib.bfd_pack` on the lengths alone)", "truncate", wall, cpu, packs.num_packs, packs.num_tokens))
+    for overflow, (wall, cpu, nrows, tokens) in trl.items():
+        strategy = "bfd" if overflow == "truncate" else "bfd_split"
+        rows.append((f"TRL `pack_dataset(strategy=\"{strategy}\")`", overflow, wall, cpu, nrows, tokens))
+
+    print("\n| what | overflow | wall time | CPU time | packed rows | over ⌈tokens/L⌉ | vs TRL, same overflow: wall | CPU |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for what, overflow, wall, cpu, nrows, tokens in rows:
         bound = -(-tokens // L)
-        ratio = f"{trl[overflow] / t:.1f}×" if overflow in trl else "—"
-        print(f"| {what} | {overflow} | {fmt(t)} | {nrows:,} | +{100 * (nrows - bound) / bound:.3f} % "
-              f"({nrows - bound:,}) | {ratio} |")
+        rw = f"{trl[overflow][0] / wall:.1f}×" if overflow in trl else "—"
+        rc = f"{trl[overflow][1] / cpu:.1f}×" if overflow in trl else "—"
+        print(f"| {what} | {overflow} | {fmt(wall)} | {fmt(cpu)} | {nrows:,} | +{100 * (nrows - bound) / bound:.3f} % "
+              f"({nrows - bound:,}) | {rw} | {rc} |")
     print(f"\nfirst pack_table call (kernel compile or cache load, 1,000 rows): {fmt(t_first)}")
 
     print(f"\npeak memory during pack_table (first full call): +{extra_rss / 2**30:.2f} GiB RSS "
