@@ -76,31 +76,54 @@ def _pss_rss(pid):
     return pss, rss
 
 
+def _cpu_seconds(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 class TreeMemory:
-    """Peak of the summed PSS (and RSS) of this process and all its descendants."""
+    """Peak of the summed PSS (and RSS) of this process and all its descendants, and the CPU
+    seconds they used (sampled: a process's CPU time as last seen before it exited)."""
 
     def __init__(self, interval=0.05):
         self.interval, self.peak_pss, self.peak_rss = interval, 0, 0
+        self._cpu0, self._cpu = {}, {}
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._run, daemon=True)
 
+    def _sample(self):
+        pss = rss = 0
+        for p in _tree(os.getpid()):
+            a, b = _pss_rss(p)
+            pss, rss = pss + a, rss + b
+            c = _cpu_seconds(p)
+            if c is not None:
+                self._cpu0.setdefault(p, c if not self._cpu else 0.0)
+                self._cpu[p] = c
+        self.peak_pss, self.peak_rss = max(self.peak_pss, pss), max(self.peak_rss, rss)
+
     def _run(self):
-        me = os.getpid()
         while not self._stop.is_set():
-            pss = rss = 0
-            for p in _tree(me):
-                a, b = _pss_rss(p)
-                pss, rss = pss + a, rss + b
-            self.peak_pss, self.peak_rss = max(self.peak_pss, pss), max(self.peak_rss, rss)
+            self._sample()
             self._stop.wait(self.interval)
 
+    @property
+    def cpu_seconds(self) -> float:
+        return sum(c - self._cpu0.get(p, 0.0) for p, c in self._cpu.items())
+
     def __enter__(self):
+        self._sample()
         self._t.start()
         return self
 
     def __exit__(self, *exc):
         self._stop.set()
         self._t.join()
+        self._sample()
 
 
 # --------------------------------------------------------------------------------------
@@ -149,21 +172,22 @@ def _copy_one(args):
     return os.path.getsize(dst)
 
 
-def io_floor(files, out: pathlib.Path, workers: int) -> float:
-    """Seconds to read every file once and write it once, in ``workers`` processes."""
+def io_floor(files, out: pathlib.Path, workers: int):
+    """Seconds (wall, CPU) to read every file once and write it once, in ``workers`` processes."""
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     jobs = [(f, str(out / os.path.basename(f))) for f in files]
-    t0 = time.perf_counter()
-    if workers > 1:
-        with mp.get_context("forkserver").Pool(workers) as pool:
-            pool.map(_copy_one, jobs, chunksize=1)
-    else:
-        for j in jobs:
-            _copy_one(j)
-    dt = time.perf_counter() - t0
+    with TreeMemory() as mem:
+        t0 = time.perf_counter()
+        if workers > 1:
+            with mp.get_context("forkserver").Pool(workers) as pool:
+                pool.map(_copy_one, jobs, chunksize=1)
+        else:
+            for j in jobs:
+                _copy_one(j)
+        dt = time.perf_counter() - t0
     shutil.rmtree(out)
-    return dt
+    return dt, mem.cpu_seconds
 
 
 def run_pipeline(files, out, L, engine, workers, verify):
@@ -195,36 +219,50 @@ def main(argv=None) -> int:
     print(f"dataset: {len(files)} Parquet files, {lengths.size:,} rows, {lengths.sum():,} tokens "
           f"({token_bytes / 1e9:.2f} GB of int32 tokens, {in_bytes / 1e9:.2f} GB on disk); ready in {time.perf_counter() - t0:.0f} s")
 
-    floor = io_floor(files, data / "floor", W)
-    print(f"I/O floor ({W} processes: read every file once, write it once): {fmt(floor)}")
+    floor1, fcpu1 = io_floor(files, data / "floor", W)
+    print(f"I/O floor ({W} processes: read every file once, write it once): {fmt(floor1)} ({fcpu1:.1f} CPU s)")
 
     verify = not args.no_verify
     res, dt, mem = run_pipeline(files, data / "out-local", L, "local", W, verify)
     print(res.summary())
     rows = [("local", dt, mem, res)]
+    floor2, fcpu2 = io_floor(files, data / "floor", W)
+    print(f"I/O floor again: {fmt(floor2)} ({fcpu2:.1f} CPU s)")
+    floor, fcpu = (floor1 + floor2) / 2, (fcpu1 + fcpu2) / 2
     ref = packlib.methods.pack(lengths, L, method="bfd")
     same = np.array_equal(ref.offsets, res.packs.offsets) and np.array_equal(ref.indices, res.packs.indices)
     if not args.no_ray:
         try:
-            import ray  # noqa: F401
+            import ray
         except ImportError:
             print("ray not installed: skipping the ray engine")
         else:
             # a shared machine: other processes' memory must not make Ray's OOM killer kill our workers
             os.environ.setdefault("RAY_memory_monitor_refresh_ms", "0")
-            t_init = time.perf_counter()
+            with TreeMemory() as init_mem:
+                t_init = time.perf_counter()
+                ray.init(num_cpus=W, include_dashboard=False, log_to_driver=False,
+                         runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
+                ray_start = time.perf_counter() - t_init
             rres, rdt, rmem = run_pipeline(files, data / "out-ray", L, "ray", W, verify)
+            rmem.peak_pss = max(rmem.peak_pss, init_mem.peak_pss)
+            ray.shutdown()
             rows.append(("ray", rdt, rmem, rres))
             parts_equal = all(open(a, "rb").read() == open(b, "rb").read() for a, b in zip(res.files, rres.files))
-            print(f"ray output identical to local: {parts_equal} (ray run incl. start-up {time.perf_counter() - t_init:.1f} s)")
+            print(rres.summary())
+            print(f"ray output identical to local: {parts_equal}; ray.init took {ray_start:.1f} s (not in the ray row)")
 
     print()
-    print(f"| engine | wall | × I/O floor ({fmt(floor)}) | peak memory (PSS, process tree) | % of token bytes | sum of per-process peak RSS |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print(f"| engine | wall | × I/O floor ({fmt(floor)}) | without verify | CPU s (× floor's {fcpu:.0f}) "
+          f"| peak memory (PSS, process tree) | % of token bytes | sum of per-process peak RSS |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for name, t, m, r in rows:
-        print(f"| {name} | {fmt(t)} | {t / floor:.2f}× | {m.peak_pss / 2**20:,.0f} MiB | {100 * m.peak_pss / token_bytes:.1f} % "
-              f"| {r.peak_memory / 2**20:,.0f} MiB |")
+        nv = t - r.seconds.get("verify", 0.0)
+        cpu = f"{m.cpu_seconds:.0f} ({m.cpu_seconds / fcpu:.2f}×)" if name == "local" else "—"
+        print(f"| {name} | {fmt(t)} | {t / floor:.2f}× | {nv / floor:.2f}× | {cpu} | {m.peak_pss / 2**20:,.0f} MiB "
+              f"| {100 * m.peak_pss / token_bytes:.1f} % | {r.peak_memory / 2**20:,.0f} MiB |")
     print()
+    print(f"I/O floor: {fmt(floor1)} before, {fmt(floor2)} after the local run (the table uses the mean)")
     print("seconds per pass (local): " + ", ".join(f"{k} {v:.1f}" for k, v in res.seconds.items()))
     if len(rows) > 1:
         print(f"ray / local wall time: {rows[1][1] / rows[0][1]:.2f}×")
