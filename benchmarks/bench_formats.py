@@ -35,7 +35,7 @@ from packlib.formats import tfrecord as tfr  # noqa: E402
 def pack_and_write(seqs, out_dir, seed=12345, per_file=50_000):
     """End to end from in-memory records: histogram -> NNLSHP plan -> assign -> shuffle ->
     build, encode, frame and write every file."""
-    plan = packlib.nnls_pack(packlib.histogram(seqs.lengths, 512), 3)
+    plan = packlib.nnls_pack(packlib.histogram(seqs.lengths, 512), max_sequences_per_pack=3)
     packs = plan.assign(seqs.lengths, seed=seed).shuffled(seed)
     for i, a in enumerate(range(0, packs.num_packs, per_file)):
         mb.write_packed(out_dir / f"p{i:05d}.tfrecord", seqs, packs, a, min(packs.num_packs, a + per_file))

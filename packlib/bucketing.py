@@ -426,7 +426,15 @@ class BucketedReadaheadBatchIterator:
         }
 
     def setstate(self, state: dict | None) -> None:
-        """Resume from ``state`` (from :meth:`getstate`, or infinibatch's), or restart if None."""
+        """Resume from a state, or restart.
+
+        Parameters
+        ----------
+        state : dict or None
+            From :meth:`getstate` (or infinibatch's); ``None`` restarts. A state of the
+            wrong type is a ``TypeError``; one with missing keys, bad counters or another
+            configuration a ``ValueError``.
+        """
         state = _check_state(state, self._fingerprint, "BucketedReadaheadBatchIterator")
         self._source_state = state["source_state"] if state else None
         self._random_state = state.get("random_state") if state else None
@@ -775,7 +783,14 @@ class PackStream:
         }
 
     def setstate(self, state: dict | None) -> None:
-        """Resume from ``state`` (from :meth:`getstate`), or restart if None."""
+        """Resume from a state, or restart.
+
+        Parameters
+        ----------
+        state : dict or None
+            From :meth:`getstate`; ``None`` restarts. Its ``window`` and ``num_served``
+            must be whole numbers >= 0 consistent with the source's state.
+        """
         state = _check_state(
             state, self._fingerprint, "pack_stream", required=("source_state", "window", "num_served", "packlib_config")
         )
@@ -890,16 +905,18 @@ def pack_stream(
     shuffle : bool, default True
         Shuffle the packs of each window (else the packer's order: longest packs first).
 
-    Everything after ``max_sequence_length`` is keyword-only (the house convention). The
-    old positional order (``read_ahead, key, method, max_sequences_per_pack, seed``) still
-    works for one release, with a ``DeprecationWarning``; in the next one the third
-    positional argument becomes ``max_sequences_per_pack``.
-
     Returns
     -------
     PackStream
         An iterator of packs with ``getstate()`` / ``setstate()``. Every item of a finite
         source appears in exactly one pack.
+
+    Notes
+    -----
+    Everything after ``max_sequence_length`` is keyword-only (the house convention). The
+    old positional order (``read_ahead, key, method, max_sequences_per_pack, seed``) still
+    works for one release, with a ``DeprecationWarning``; in the next one the third
+    positional argument becomes ``max_sequences_per_pack``.
 
     Examples
     --------

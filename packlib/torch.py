@@ -49,7 +49,7 @@ def _build():
         def __init__(self, iterator):
             super().__init__()
             if not all(hasattr(iterator, a) for a in ("getstate", "setstate", "__next__")):
-                raise ValueError(
+                raise TypeError(
                     f"iterator must have getstate(), setstate() and __next__, got {type(iterator).__name__}"
                 )
             self._iterator = iterator
@@ -70,8 +70,15 @@ def _build():
             return {"iterator_state": self._iterator.getstate()}
 
         def load_state_dict(self, state_dict: dict) -> None:
-            if not isinstance(state_dict, dict) or "iterator_state" not in state_dict:
-                raise ValueError("state_dict must come from CheckpointableDataset.state_dict()")
+            if not isinstance(state_dict, dict):
+                raise TypeError(
+                    f"state_dict must be a dict from CheckpointableDataset.state_dict(), got {type(state_dict).__name__}"
+                )
+            if "iterator_state" not in state_dict:
+                raise ValueError(
+                    f"state_dict must come from CheckpointableDataset.state_dict() (it has keys {sorted(map(str, state_dict))}, "
+                    "not 'iterator_state')"
+                )
             self._iterator.setstate(state_dict["iterator_state"])
 
     _CLASS = CheckpointableDataset

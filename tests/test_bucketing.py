@@ -548,8 +548,10 @@ def test_torch_adapter_with_stub(monkeypatch):
     assert head + list(ds2) == full
     with pytest.raises(ValueError, match="state_dict"):
         ds2.load_state_dict({"nope": 1})
-    with pytest.raises(ValueError, match="getstate"):
+    with pytest.raises(TypeError, match="getstate"):
         CheckpointableDataset([1, 2, 3])
+    with pytest.raises(TypeError, match="must be a dict"):
+        ds2.load_state_dict([1])
 
 
 def test_torch_adapter_refuses_multiple_workers(monkeypatch):

@@ -238,7 +238,7 @@ def shuffled_fill(start, stop, n, a, b, keys, offsets, table, shift, out_d, out_
     Position ``s`` is the pair ``(s // b, s % b)``; batches of one row (fixed ``L``) are
     permuted first, a loop without branches or carried state that vectorises, then each
     slot is cycle-walked below ``n`` (rare) and looked up. Unsigned indices spare numba's
-    negative-index checks (measured 1.4x on this loop).
+    negative-index checks (docs/design.md, "Unsigned indices").
     """
     ua = np.uint64(a)
     ub = np.uint64(b)

@@ -357,11 +357,31 @@ def _decode_list(buf, p, q, kind, ints, fbits, r, col, width):
 
 
 @jit
+def _field(buf, p, stop):
+    """Read the field at ``buf[p:stop]``: returns ``(tag, start, end)``. For a
+    length-delimited field (wire type 2), ``buf[start:end]`` is its payload; for any other
+    wire type the field is skipped and ``start == end`` is the position after it. ``end``
+    is -1 if the field is malformed or runs past ``stop``."""
+    tag, p = _get_varint(buf, p, stop)
+    if p < 0:
+        return tag, -1, -1
+    wire = tag & np.uint64(7)
+    if wire != np.uint64(2):
+        p = _skip_field(buf, p, stop, wire)
+        return tag, p, p
+    ln, p = _get_varint(buf, p, stop)
+    if p < 0 or np.uint64(stop - p) < ln:
+        return tag, -1, -1
+    return tag, p, p + np.int64(ln)
+
+
+@jit
 def decode_examples(buf, starts, stops, keys, key_offsets, kinds, widths, cols, n_int, n_float):
     """Decode fixed-schema Examples into an int64 matrix and a uint32 (float32 bits)
     matrix. Features not in the schema are refused (so nothing is silently dropped).
 
-    Returns ``(ints, fbits, error, error_record, error_feature)``.
+    The four nested messages (Example, Features, the map entry, Feature) are each a loop
+    over :func:`_field`. Returns ``(ints, fbits, error, error_record, error_feature)``.
     """
     nrec = starts.size
     nf = kinds.size
@@ -372,93 +392,59 @@ def decode_examples(buf, starts, stops, keys, key_offsets, kinds, widths, cols, 
         seen[:] = 0
         p = starts[r]
         q = stops[r]
-        while p < q:
-            tag, p = _get_varint(buf, p, q)
-            if p < 0:
+        while p < q:  # Example: features = 1
+            tag, fa, fe = _field(buf, p, q)
+            if fe < 0:
                 return ints, fbits, BAD_PROTO, r, -1
-            if tag != np.uint64(0x0A):  # only Example.features
-                p = _skip_field(buf, p, q, tag & np.uint64(7))
-                if p < 0:
-                    return ints, fbits, BAD_PROTO, r, -1
+            p = fe
+            if tag != np.uint64(0x0A):
                 continue
-            ln, p = _get_varint(buf, p, q)
-            if p < 0 or np.uint64(q - p) < ln:
-                return ints, fbits, BAD_PROTO, r, -1
-            fe = p + np.int64(ln)
-            while p < fe:  # Features: repeated map entries (field 1)
-                tag, p = _get_varint(buf, p, fe)
-                if p < 0:
+            while fa < fe:  # Features: repeated map entries (field 1)
+                tag, ea, ee = _field(buf, fa, fe)
+                if ee < 0:
                     return ints, fbits, BAD_PROTO, r, -1
+                fa = ee
                 if tag != np.uint64(0x0A):
-                    p = _skip_field(buf, p, fe, tag & np.uint64(7))
-                    if p < 0:
-                        return ints, fbits, BAD_PROTO, r, -1
                     continue
-                ln, p = _get_varint(buf, p, fe)
-                if p < 0 or np.uint64(fe - p) < ln:
-                    return ints, fbits, BAD_PROTO, r, -1
-                ee = p + np.int64(ln)
-                k0 = -1
-                k1 = -1
+                k0 = ee
+                k1 = ee
                 v0 = -1
                 v1 = -1
-                while p < ee:  # map entry: key = 1, value = 2
-                    tag, p = _get_varint(buf, p, ee)
-                    if p < 0:
+                while ea < ee:  # map entry: key = 1, value = 2
+                    tag, a, e = _field(buf, ea, ee)
+                    if e < 0:
                         return ints, fbits, BAD_PROTO, r, -1
-                    if tag == np.uint64(0x0A) or tag == np.uint64(0x12):
-                        ln, p = _get_varint(buf, p, ee)
-                        if p < 0 or np.uint64(ee - p) < ln:
-                            return ints, fbits, BAD_PROTO, r, -1
-                        if tag == np.uint64(0x0A):
-                            k0 = p
-                            k1 = p + np.int64(ln)
-                        else:
-                            v0 = p
-                            v1 = p + np.int64(ln)
-                        p += np.int64(ln)
-                    else:
-                        p = _skip_field(buf, p, ee, tag & np.uint64(7))
-                        if p < 0:
-                            return ints, fbits, BAD_PROTO, r, -1
-                if k0 < 0:
-                    k0 = ee
-                    k1 = ee
+                    ea = e
+                    if tag == np.uint64(0x0A):
+                        k0 = a
+                        k1 = e
+                    elif tag == np.uint64(0x12):
+                        v0 = a
+                        v1 = e
                 f = _find_key(buf, k0, k1, keys, key_offsets)
                 if f < 0:
                     return ints, fbits, UNKNOWN_FEATURE, r, -1
                 n = 0
-                if v0 >= 0:
-                    pp = v0
-                    while pp < v1:  # Feature: oneof bytes=1 float=2 int64=3
-                        tag, pp = _get_varint(buf, pp, v1)
-                        if pp < 0:
+                want = np.uint64(3) if kinds[f] == 0 else np.uint64(2)
+                while v0 < v1:  # Feature: oneof bytes=1 float=2 int64=3
+                    tag, a, e = _field(buf, v0, v1)
+                    if e < 0:
+                        return ints, fbits, BAD_PROTO, r, f
+                    v0 = e
+                    if tag & np.uint64(7) != np.uint64(2):
+                        continue
+                    field = tag >> np.uint64(3)
+                    if field == want:
+                        n = _decode_list(buf, a, e, kinds[f], ints, fbits, r, cols[f], widths[f])
+                        if n == -1:
                             return ints, fbits, BAD_PROTO, r, f
-                        wire = tag & np.uint64(7)
-                        field = tag >> np.uint64(3)
-                        if wire != np.uint64(2):
-                            pp = _skip_field(buf, pp, v1, wire)
-                            if pp < 0:
-                                return ints, fbits, BAD_PROTO, r, f
-                            continue
-                        ln, pp = _get_varint(buf, pp, v1)
-                        if pp < 0 or np.uint64(v1 - pp) < ln:
-                            return ints, fbits, BAD_PROTO, r, f
-                        le = pp + np.int64(ln)
-                        want = np.uint64(3) if kinds[f] == 0 else np.uint64(2)
-                        if field == want:
-                            n = _decode_list(buf, pp, le, kinds[f], ints, fbits, r, cols[f], widths[f])
-                            if n == -1:
-                                return ints, fbits, BAD_PROTO, r, f
-                            if n == -2:
-                                return ints, fbits, WRONG_LENGTH, r, f
-                        elif field == np.uint64(1) or field == np.uint64(2) or field == np.uint64(3):
-                            return ints, fbits, WRONG_TYPE, r, f
-                        pp = le
+                        if n == -2:
+                            return ints, fbits, WRONG_LENGTH, r, f
+                    elif field == np.uint64(1) or field == np.uint64(2) or field == np.uint64(3):
+                        return ints, fbits, WRONG_TYPE, r, f
                 if n != widths[f]:
                     return ints, fbits, WRONG_LENGTH, r, f
                 seen[f] += 1
-            p = fe
         for f in range(nf):
             if seen[f] == 0:
                 return ints, fbits, MISSING_FEATURE, r, f

@@ -59,13 +59,13 @@ def blend(
     method : {"megatron", "smooth", "shuffled"}
         ``megatron``: Megatron-Core's greedy, bit-identical. Cost O(size * (k/B + m)) for
         blocks of ``B = 32`` steps and the ``m`` datasets near the top (a few dozen for
-        lognormal weights), never more than O(size * k) (the loop's), about 10x faster than
-        the loop at 1000 datasets. ``smooth``: every prefix within ±1 of its quota; the
-        totals are a quota apportionment, and the index of a size is a prefix of the index
-        of any larger size; O(size + k * size / B) for blocks of ``B >= 16384`` (about 6 ns
-        per sample on one core, 3.5 ns with a second one). ``shuffled``: the largest-remainder
-        totals in a seeded pseudo-random order; O(size + k) (about 3 ns per sample on one
-        core, split over the available cores), and any slice on its own in O(len + k).
+        lognormal weights), never more than O(size * k) (the loop's). ``smooth``: every
+        prefix within ±1 of its quota; the totals are a quota apportionment, and the index
+        of a size is a prefix of the index of any larger size; O(size + k * size / B) for
+        blocks of ``B >= 16384``, on two threads for large sizes. ``shuffled``: the
+        largest-remainder totals in a seeded pseudo-random order; O(size + k), split over
+        the available cores, and any slice on its own in O(len + k). Measured speeds:
+        docs/blending.md.
     seed : int
         Seed of ``shuffled`` (ignored, and recorded as 0, otherwise).
     progress : bool or None

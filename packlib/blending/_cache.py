@@ -36,7 +36,8 @@ def digest(desc: dict) -> str:
 
 
 def checksum(arr: np.ndarray) -> str:
-    """CRC-32 of an array's bytes in C order, as 8 hex digits (fast: ~1 GB/s)."""
+    """CRC-32 of an array's bytes in C order, as 8 hex digits (zlib's: a fast pass, not
+    a cryptographic hash: it detects damage and mix-ups, not a deliberate forgery)."""
     a = np.ascontiguousarray(arr)
     crc = 0
     flat = a.reshape(-1).view(np.uint8) if a.size else np.zeros(0, np.uint8)

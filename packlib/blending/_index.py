@@ -177,7 +177,7 @@ class BlendedIndex:
         verify : bool, default True
             Check the arrays against the checksums in the description and check their
             contents: dataset ids in range, per-dataset counts equal to ``counts``, every
-            sample of every dataset used exactly once (O(size), about 1 s per 50 M samples).
+            sample of every dataset used exactly once (one O(size) pass).
             ``False`` checks only the description, shapes, dtypes and counts.
 
         Raises

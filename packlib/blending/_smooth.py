@@ -13,8 +13,7 @@ def smooth_blocks(w, n, counts, out_d, out_s, threaded: bool, bar) -> int:
     """``smooth_fill`` block by block from Python, for a progress bar and, when
     ``threaded``, on two threads: a producer generates and sorts the jobs of the next
     blocks while this thread places the current one. Four buffers, not two, let either
-    side run ahead through scheduling hiccups (measured 1000 x 50 M: 2 buffers 193-203 ms,
-    4 buffers 169-176 ms). The kernels and their order are those of ``smooth_fill``, so
+    side run ahead through scheduling hiccups (see docs/blending.md). The kernels and their order are those of ``smooth_fill``, so
     the result is identical. Returns the missed windows."""
     import threading
 

@@ -233,7 +233,14 @@ def _decode_list(buf: bytes, start: int, stop: int, kind: int):
 def decode_example(data, *, path: str | None = None, record: int | None = None) -> dict:
     """Parse a serialised ``tf.train.Example``.
 
-    ``path`` and ``record`` (optional) name where ``data`` comes from in error messages.
+    Parameters
+    ----------
+    data : bytes-like
+        One serialised record.
+    path : str, optional
+        The file it comes from, named in error messages.
+    record : int, optional
+        Its record number, named in error messages.
 
     Returns
     -------
@@ -332,7 +339,13 @@ class Schema:
 
     @classmethod
     def of(cls, spec: Mapping[str, tuple]) -> "Schema":
-        """Build a schema from ``{name: ("int64" | "float", length)}`` (keys get sorted)."""
+        """Build a schema (keys get sorted).
+
+        Parameters
+        ----------
+        spec : mapping of str to (kind, length)
+            ``{name: ("int64" | "float", length)}``.
+        """
         if not isinstance(spec, Mapping):
             raise TypeError(f"spec must be a mapping {{name: (kind, length)}}, got {type(spec).__name__}")
         for n in spec:
@@ -374,7 +387,12 @@ class Schema:
         return sum(w for k, w in zip(self.kinds, self.widths) if k == "float")
 
     def columns(self, name: str) -> slice:
-        """The columns of ``name`` in the int or float matrix."""
+        """The columns of ``name`` in the int or float matrix.
+
+        Parameters
+        ----------
+        name : str
+        """
         start = 0
         kind = self.kinds[self.names.index(name)]
         for n, k, w in zip(self.names, self.kinds, self.widths):
@@ -386,7 +404,15 @@ class Schema:
 
     def encode(self, ints: np.ndarray, floats: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Serialise rows: returns ``(data uint8, offsets int64)`` (record ``r`` is
-        ``data[offsets[r]:offsets[r+1]]``), ready for :func:`write_tfrecord`."""
+        ``data[offsets[r]:offsets[r+1]]``), ready for :func:`write_tfrecord`.
+
+        Parameters
+        ----------
+        ints : 2-D int array, shape ``(n, int_width)``
+            Whole numbers (whole floats accepted, never rounded; booleans refused).
+        floats : 2-D float array, shape ``(n, float_width)``
+            Stored as float32.
+        """
         from .._kernels.formats import encode_examples
 
         keys, key_offsets, kinds, widths, cols, ni, nf = self._arrays()
@@ -401,8 +427,17 @@ class Schema:
         """Decode the :class:`~packlib.formats.tfrecord.Records` (or a list of bytes) into
         ``(ints (n, int_width) int64, floats (n, float_width) float32)``.
 
-        Raises ``ValueError`` naming the record and feature if a record does not match
-        the schema exactly (unknown or missing feature, wrong type or length).
+        Parameters
+        ----------
+        records : Records or iterable of bytes-like
+        path : str, optional
+            Named in error messages (a :class:`Records` names its own file).
+
+        Raises
+        ------
+        ValueError
+            Naming the file, record and feature if a record does not match the schema
+            exactly (unknown or missing feature, wrong type or length, not an Example).
         """
         from .._kernels.formats import decode_examples
         from .tfrecord import Records, _join

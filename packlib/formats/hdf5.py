@@ -229,14 +229,19 @@ def read_hdf5(path, start: int = 0, stop: int | None = None, *, verify: bool = T
 
 
 def check_examples(data: np.ndarray) -> tuple[int, str] | None:
-    """Why examples ``data`` (``(n, 3 or 5, L)``, as :func:`write_hdf5` writes them) are
-    inconsistent, as ``(example, reason)``, or None if they are consistent.
+    """Why examples are inconsistent, as ``(example, reason)``, or None if they are
+    consistent.
 
     Every example holds at least one real position, real positions come first (the mask
     is 1 then 0), a label is the next position's input id within a document, padding is
     one ``pad_id`` in ``input_ids`` and ``labels``; packed examples also have
     ``position_ids`` counting from 0 in each document and ``attention_span`` counting down
     to its end.
+
+    Parameters
+    ----------
+    data : int array, shape ``(n, 3 or 5, L)``
+        Examples as :func:`write_hdf5` writes them.
     """
     if data.shape[0] == 0:
         return None

@@ -6,8 +6,15 @@ reader checks both CRCs of every record and raises ``ValueError`` naming the fil
 record number and the byte offset on any damage. ``compression="gzip"`` compresses the
 whole stream, as TensorFlow's ``GZIP`` option does.
 
-CRC-32C comes from the ``crc32c`` or ``google-crc32c`` package when one is installed (about
-10 GB/s); otherwise from a numba slicing-by-8 kernel (about 2 GB/s on one core).
+CRC-32C comes from the ``crc32c`` or ``google-crc32c`` package when one is installed (the
+fast path); otherwise from a numba slicing-by-8 kernel (speeds: docs/formats.md).
+
+>>> import os, tempfile
+>>> path = os.path.join(tempfile.mkdtemp(), "x.tfrecord")
+>>> write_tfrecord(path, [b"first", b"second"])
+2
+>>> list(read_tfrecord(path))
+[b'first', b'second']
 """
 from __future__ import annotations
 
@@ -59,9 +66,14 @@ _BACKEND = {}
 
 
 def crc_backend(name: str = "auto"):
-    """Return ``(name, function)`` for a CRC-32C backend: ``"c"`` (the ``crc32c`` or
-    ``google-crc32c`` package), ``"numba"`` (the built-in kernel) or ``"auto"`` (C if
-    installed, else numba)."""
+    """Return ``(name, function)`` for a CRC-32C backend.
+
+    Parameters
+    ----------
+    name : {"auto", "c", "numba"}
+        ``"c"``: the ``crc32c`` or ``google-crc32c`` package; ``"numba"``: the built-in
+        kernel; ``"auto"``: C if installed, else numba.
+    """
     name = as_choice(name, "crc", ("auto", "c", "numba"))
     if name in _BACKEND:
         return _BACKEND[name]
@@ -85,6 +97,14 @@ def crc_backend(name: str = "auto"):
 def crc32c(data, backend: str = "auto") -> int:
     """CRC-32C (Castagnoli) of a bytes-like object.
 
+    Parameters
+    ----------
+    data : bytes-like
+    backend : {"auto", "c", "numba"}
+        As for :func:`crc_backend`.
+
+    Examples
+    --------
     >>> hex(crc32c(b"123456789"))
     '0xe3069283'
     """
@@ -92,7 +112,14 @@ def crc32c(data, backend: str = "auto") -> int:
 
 
 def masked_crc32c(data, backend: str = "auto") -> int:
-    """TFRecord's masked CRC: ``((crc >> 15) | (crc << 17)) + 0xA282EAD8 mod 2**32``."""
+    """TFRecord's masked CRC: ``((crc >> 15) | (crc << 17)) + 0xA282EAD8 mod 2**32``.
+
+    Parameters
+    ----------
+    data : bytes-like
+    backend : {"auto", "c", "numba"}
+        As for :func:`crc_backend`.
+    """
     c = crc32c(data, backend)
     return (((c >> 15) | (c << 17)) + _MASK_DELTA) & 0xFFFFFFFF
 
@@ -181,7 +208,17 @@ def _frame_error(err: int, path, rec: int, offset: int, buf: np.ndarray) -> str:
 
 
 def parse_tfrecord_bytes(raw, *, verify: bool = True, crc: str = "auto", path: str = "<bytes>") -> Records:
-    """Split an in-memory TFRecord stream into :class:`Records` (see :func:`read_tfrecord`)."""
+    """Split an in-memory TFRecord stream into :class:`Records`.
+
+    Parameters
+    ----------
+    raw : bytes-like
+        The whole stream (uncompressed).
+    verify, crc
+        As for :func:`read_tfrecord`.
+    path : str
+        Named in error messages.
+    """
     from .._kernels.crc32c import TABLES
     from .._kernels.formats import scan_frames, stored_crcs
 
@@ -228,12 +265,28 @@ def read_tfrecord(path, *, compression=None, verify: bool = True, crc: str = "au
 
 
 def iter_tfrecord(path, *, compression=None, verify: bool = True, crc: str = "auto") -> Iterator[bytes]:
-    """Iterate over the records of a TFRecord file as ``bytes`` (all checked first)."""
+    """Iterate over the records of a TFRecord file as ``bytes`` (all checked first).
+
+    Parameters
+    ----------
+    path, compression, verify, crc
+        As for :func:`read_tfrecord`.
+    """
     return iter(read_tfrecord(path, compression=compression, verify=verify, crc=crc))
 
 
 def frame_records(data, offsets, *, crc: str = "auto") -> np.ndarray:
-    """Frame records ``data[offsets[i]:offsets[i+1]]`` as a TFRecord stream (uint8 array)."""
+    """Frame records ``data[offsets[i]:offsets[i+1]]`` as a TFRecord stream (uint8 array).
+
+    Parameters
+    ----------
+    data : bytes-like or uint8 array
+        The records' bytes laid end to end.
+    offsets : 1-D int array
+        Record boundaries: starts at 0, non-decreasing, ends at ``len(data)``.
+    crc : {"auto", "c", "numba"}
+        As for :func:`crc_backend`.
+    """
     from .._kernels.crc32c import TABLES
     from .._kernels.formats import frame_records as _frame
 
@@ -307,18 +360,37 @@ class TFRecordWriter:
                    if _compression(self.path, compression) == "gzip" else self._raw)
 
     def write_many(self, data, offsets) -> None:
-        """Append records ``data[offsets[i]:offsets[i+1]]``."""
+        """Append records ``data[offsets[i]:offsets[i+1]]``.
+
+        Parameters
+        ----------
+        data, offsets
+            As for :func:`frame_records`.
+        """
         framed = frame_records(data, offsets, crc=self.crc)
         self._f.write(memoryview(framed))
         self.count += len(offsets) - 1
 
     def write(self, record) -> None:
-        """Append one record (bytes-like)."""
+        """Append one record.
+
+        Parameters
+        ----------
+        record : bytes-like
+            ``bytes``, ``bytearray``, a byte ``memoryview`` or a 1-D uint8 array; anything
+            else (``str``, ints, float arrays) is a ``TypeError``.
+        """
         data = _as_bytes(record, "record")
         self.write_many(data, np.array([0, data.size], dtype=np.int64))
 
     def close(self, commit: bool = True) -> None:
-        """Finish the file (``commit=False``: discard it)."""
+        """Finish the file.
+
+        Parameters
+        ----------
+        commit : bool, default True
+            ``False``: discard it.
+        """
         if self._raw.closed:
             return
         if self._f is not self._raw:
@@ -339,9 +411,18 @@ class TFRecordWriter:
 def write_tfrecord(path, records, *, compression=None, crc: str = "auto") -> int:
     """Write records to a TFRecord file; returns the number of records.
 
-    ``records`` is an iterable of bytes-like objects, or a pair ``(data, offsets)`` of a
-    uint8 buffer and record offsets (the fast path), or :class:`Records`. Gzip output is
-    byte-reproducible (no name or time in the header).
+    Parameters
+    ----------
+    path : str or os.PathLike
+    records : iterable of bytes-like, or (data, offsets), or Records
+        Bytes-like records (``str``, ints and non-byte arrays are a ``TypeError``, checked
+        before the file is created), or a pair ``(data, offsets)`` of a uint8 buffer and
+        record offsets (the fast path), or :class:`Records`.
+    compression : None, "gzip" or "auto"
+        As for :func:`read_tfrecord`. Gzip output is byte-reproducible (no name or time in
+        the header).
+    crc : {"auto", "c", "numba"}
+        As for :func:`crc_backend`.
     """
     if isinstance(records, tuple) and len(records) == 2 and isinstance(records[1], np.ndarray):
         data, offsets = records

@@ -80,7 +80,14 @@ def _fits_memory(fn):
 
 
 def row_lengths(packs, p: int) -> np.ndarray:
-    """The lengths of the documents in pack ``p`` of a :class:`packlib.Packs`, in order."""
+    """The lengths of the documents in pack ``p`` of a :class:`packlib.Packs`, in order.
+
+    Parameters
+    ----------
+    packs : packlib.Packs
+    p : int
+        Pack index (negative counts from the end; out of range is an ``IndexError``).
+    """
     n = packs.num_packs
     p = as_int(p, "p", maximum=None)
     p += n if p < 0 else 0
@@ -90,7 +97,14 @@ def row_lengths(packs, p: int) -> np.ndarray:
 
 
 def batch_lengths(packs, pack_ids) -> np.ndarray:
-    """The document lengths of several packs laid end to end (a padding-free batch)."""
+    """The document lengths of several packs laid end to end (a padding-free batch).
+
+    Parameters
+    ----------
+    packs : packlib.Packs
+    pack_ids : 1-D int array
+        Pack indices (out of range is an ``IndexError``).
+    """
     ids = as_int_array(pack_ids, "pack_ids")
     if ids.size and (ids.min() < -packs.num_packs or ids.max() >= packs.num_packs):
         bad = int(ids[(ids < -packs.num_packs) | (ids >= packs.num_packs)][0])
@@ -103,7 +117,16 @@ def batch_lengths(packs, pack_ids) -> np.ndarray:
 def cu_seqlens(lengths) -> np.ndarray:
     """``concat([0], cumsum(lengths))`` as int32 (flash-attention's ``cu_seqlens``).
 
-    Raises ``ValueError`` if the total reaches 2**31 (int32 would overflow)."""
+    Parameters
+    ----------
+    lengths : 1-D int array
+        Document lengths (>= 1), in order.
+
+    Raises
+    ------
+    ValueError
+        If the total reaches 2**31 (int32 would overflow).
+    """
     lens = _lengths(lengths)
     csum = np.concatenate(([0], np.cumsum(lens)))
     if csum[-1] > _INT32_MAX:
@@ -112,14 +135,26 @@ def cu_seqlens(lengths) -> np.ndarray:
 
 
 def max_seqlen(lengths) -> int:
-    """The longest document (a Python int, as flash-attention wants); 0 when empty."""
+    """The longest document (a Python int, as flash-attention wants); 0 when empty.
+
+    Parameters
+    ----------
+    lengths : 1-D int array
+        Document lengths (>= 1), in order.
+    """
     lens = _lengths(lengths)
     return int(lens.max()) if lens.size else 0
 
 
 @_fits_memory
 def position_ids(lengths) -> np.ndarray:
-    """Positions restarting at 0 in every document: ``arange(T) - repeat(starts, lengths)``."""
+    """Positions restarting at 0 in every document: ``arange(T) - repeat(starts, lengths)``.
+
+    Parameters
+    ----------
+    lengths : 1-D int array
+        Document lengths (>= 1), in order.
+    """
     lens = _lengths(lengths)
     starts = np.concatenate(([0], np.cumsum(lens)[:-1])) if lens.size else lens
     return np.arange(int(lens.sum()), dtype=np.int64) - np.repeat(starts, lens)
@@ -127,14 +162,28 @@ def position_ids(lengths) -> np.ndarray:
 
 @_fits_memory
 def seq_idx(lengths) -> np.ndarray:
-    """The document index of every token, int32: ``repeat(arange(n), lengths)``."""
+    """The document index of every token, int32: ``repeat(arange(n), lengths)``.
+
+    Parameters
+    ----------
+    lengths : 1-D int array
+        Document lengths (>= 1), in order.
+    """
     lens = _lengths(lengths)
     return np.repeat(np.arange(lens.size, dtype=np.int32), lens)
 
 
 @_fits_memory
 def mlperf_input_mask(lengths, row_length: int) -> np.ndarray:
-    """MLPerf packed BERT ``input_mask``: document index ``1..k`` per token, 0 = padding."""
+    """MLPerf packed BERT ``input_mask``: document index ``1..k`` per token, 0 = padding.
+
+    Parameters
+    ----------
+    lengths : 1-D int array
+        Document lengths (>= 1), in order.
+    row_length : int
+        The row's width in tokens (at least ``sum(lengths)``).
+    """
     lens, T = _row(lengths, row_length)
     out = np.zeros(T, dtype=np.int64)
     out[: int(lens.sum())] = np.repeat(np.arange(1, lens.size + 1), lens)
@@ -143,7 +192,15 @@ def mlperf_input_mask(lengths, row_length: int) -> np.ndarray:
 
 @_fits_memory
 def attention_span(lengths, row_length: int) -> np.ndarray:
-    """Cerebras ``attention_span``: counts down to each document's end (``n-1 .. 0``), 0 = padding."""
+    """Cerebras ``attention_span``: counts down to each document's end (``n-1 .. 0``), 0 = padding.
+
+    Parameters
+    ----------
+    lengths : 1-D int array
+        Document lengths (>= 1), in order.
+    row_length : int
+        The row's width in tokens (at least ``sum(lengths)``).
+    """
     lens, T = _row(lengths, row_length)
     out = np.zeros(T, dtype=np.int64)
     out[: int(lens.sum())] = np.repeat(lens, lens) - 1 - position_ids(lens)
@@ -152,7 +209,15 @@ def attention_span(lengths, row_length: int) -> np.ndarray:
 
 @_fits_memory
 def torchtune_seq_lens(lengths, row_length: int) -> np.ndarray:
-    """torchtune ``seq_lens``: the documents, then the padding as one last "sequence"."""
+    """torchtune ``seq_lens``: the documents, then the padding as one last "sequence".
+
+    Parameters
+    ----------
+    lengths : 1-D int array
+        Document lengths (>= 1), in order.
+    row_length : int
+        The row's width in tokens (at least ``sum(lengths)``).
+    """
     lens, T = _row(lengths, row_length)
     pad = T - int(lens.sum())
     return np.concatenate((lens, [pad])) if pad else lens.copy()
@@ -161,7 +226,15 @@ def torchtune_seq_lens(lengths, row_length: int) -> np.ndarray:
 @_fits_memory
 def torchtune_input_pos(lengths, row_length: int) -> np.ndarray:
     """torchtune ``input_pos``: positions per document; padding positions keep counting
-    from the last document's end."""
+    from the last document's end.
+
+    Parameters
+    ----------
+    lengths : 1-D int array
+        Document lengths (>= 1), in order.
+    row_length : int
+        The row's width in tokens (at least ``sum(lengths)``).
+    """
     lens, T = _row(lengths, row_length)
     pos = position_ids(lens)
     pad = T - pos.size
@@ -172,6 +245,11 @@ def torchtune_input_pos(lengths, row_length: int) -> np.ndarray:
 @_fits_memory
 def varlen_fields(lengths) -> dict:
     """The flash-attention varlen fields for documents laid end to end.
+
+    Parameters
+    ----------
+    lengths : 1-D int array
+        Document lengths (>= 1), in order.
 
     Returns
     -------
@@ -202,6 +280,17 @@ def hf_flattening_batch(tokens, lengths, *, return_position_ids: bool = True, re
     ``separator_id`` (-100, ignored by the loss), so no document predicts across a boundary.
     Optional ``position_ids`` (int64), ``seq_idx`` (int32) and ``cu_seq_lens_q/k`` (int32)
     with ``max_length_q/k`` (int). No padding.
+
+    Parameters
+    ----------
+    tokens : 1-D int array
+        All documents' token ids, end to end.
+    lengths : 1-D int array
+        Document lengths (>= 1), summing to ``len(tokens)``.
+    return_position_ids, return_seq_idx, return_flash_attn_kwargs : bool
+        Which optional fields to add.
+    separator_id : int, default -100
+        The label of each document's first token.
     """
     tok, lens = _tokens(tokens, lengths)
     return_position_ids = as_bool(return_position_ids, "return_position_ids")
@@ -230,6 +319,12 @@ def megatron_thd(lengths, *, pad_to_multiple_of: int = 1) -> dict:
     With ``pad_to_multiple_of > 1`` (context parallelism pads each document to a multiple
     of ``2 * cp_size``), ``cu_seqlens_*_padded`` hold the padded boundaries and
     ``total_tokens`` counts the padded tokens.
+
+    Parameters
+    ----------
+    lengths : 1-D int array
+        Document lengths (>= 1), in order.
+    pad_to_multiple_of : int, default 1
     """
     lens = _lengths(lengths)
     m = as_positive_int(pad_to_multiple_of, "pad_to_multiple_of")
@@ -247,7 +342,19 @@ def torchtune_pack(tokens, lengths, row_length: int, *, labels=None, padding_idx
                    ignore_index: int = -100) -> dict:
     """One packed row as torchtune's ``PackedDataset`` yields it: ``tokens`` (padded with
     ``padding_idx``), ``labels`` (padded with ``ignore_index``; default: the tokens),
-    ``input_pos`` and ``seq_lens``, all int64."""
+    ``input_pos`` and ``seq_lens``, all int64.
+
+    Parameters
+    ----------
+    tokens, lengths
+        As for :func:`hf_flattening_batch`.
+    row_length : int
+        The row's width (at least ``len(tokens)``).
+    labels : 1-D int array, optional
+        Default: the tokens.
+    padding_idx, ignore_index : int
+        Padding of ``tokens`` and of ``labels`` (exact integers).
+    """
     tok, lens = _tokens(tokens, lengths)
     _, T = _row(lens, row_length)
     padding_idx = as_int(padding_idx, "padding_idx", minimum=-(2**63), maximum=2**63 - 1)
