@@ -28,7 +28,7 @@ class LocalEngine:
             method = "forkserver" if sys.platform.startswith("linux") else "spawn"
             ctx = mp.get_context(method)
             if method == "forkserver":
-                ctx.set_forkserver_preload(["packlib.pipeline._tasks"])
+                ctx.set_forkserver_preload(["packlib.pipeline._warm"])
             from ._tasks import worker_init
 
             self._pool = ProcessPoolExecutor(self.workers, mp_context=ctx, initializer=worker_init)
