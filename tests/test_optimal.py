@@ -443,3 +443,78 @@ def test_nnls_size_guard():
     check_nnls_size(np.ones(MAX_NNLS_LENGTH, np.int64), MAX_NNLS_LENGTH, None)
     with pytest.raises(ValueError, match="optimal.*lpfhp.*bfd"):
         check_nnls_size(np.ones(8192, np.int64), 8192, 3)
+
+
+# ------------------------------------------------------------------- long context
+
+
+@given(tiny_histograms(), DEPTHS)
+@settings(max_examples=40)
+def test_long_context_path_brackets_the_optimum(h, depth):
+    """The long-context path (no LP: L2 certificate, exact-fill plan), forced on tiny inputs."""
+    from unittest import mock
+
+    import packlib.optimal
+
+    with mock.patch.object(packlib.optimal, "_LONG_CONTEXT", 0):
+        plan = packlib.optimal_pack(h, max_sequences_per_pack=depth)
+        lb = packlib.lower_bound(h, max_sequences_per_pack=depth)
+    check_plan(plan, h, depth)
+    opt = exact_optimum(h, depth)
+    assert lb.bound <= opt <= plan.num_packs and plan.lower_bound == lb.bound
+    if h.any():
+        assert naive_certificate.check(lb.certificate, h) == lb.bound == lb.lp_bound
+        assert lb.status == 0 and "long context" in lb.message
+
+
+@given(small_histograms(max_len=60, max_count=50), st.integers(0, 8), st.integers(0, 3))
+@settings(max_examples=60)
+def test_exact_fill_packs_every_sequence_once(h, D, mode):
+    from packlib._kernels.optimal import exact_fill
+
+    L = len(h)
+    items, offsets, counts = exact_fill(h, L, D, mode)
+    covered = np.zeros(L, np.int64)
+    for t in range(counts.size):
+        pack = items[offsets[t] : offsets[t + 1]]
+        assert 0 < pack.size and (D == 0 or pack.size <= D) and pack.sum() <= L
+        assert (np.diff(pack) <= 0).all() and counts[t] > 0
+        np.add.at(covered, pack - 1, counts[t])
+    assert np.array_equal(covered, h)
+
+
+@given(st.integers(1, 40), st.integers(0, 2**32 - 1))
+@settings(max_examples=60)
+def test_pack_value_kernels_match_the_plain_dp(L, seed):
+    from packlib._kernels.optimal import max_pack_value, pack_value_at_most
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, L + 1))
+    lens = np.sort(rng.choice(np.arange(1, L + 1), n, replace=False)).astype(np.int64)
+    prices = (rng.integers(0, 60, n) * (rng.random(n) < 0.8)).astype(np.int64)
+    for depth in (None, 1, 2, 3):
+        plain = naive_certificate.best_pack_value(lens.tolist(), prices.tolist(), L, depth)
+        assert max_pack_value(lens, prices, L, 0 if depth is None else depth) == plain
+    plain = naive_certificate.best_pack_value(lens.tolist(), prices.tolist(), L, None)
+    for den in (plain - 1, plain, plain + 1):
+        if den <= 0:
+            continue
+        dear = prices * L > den * lens
+        assert pack_value_at_most(lens, prices, dear, L, np.int64(den)) == (plain <= den)
+
+
+def test_long_context_lognormal():
+    """A small but representative long-context input: L = 4096, 200 k lognormal lengths."""
+    L = 4096
+    x = np.random.default_rng(1).lognormal(np.log(L) - 1.2, 0.8, 200_000)
+    h = np.bincount(np.clip(np.rint(x), 1, L).astype(np.int64), minlength=L + 1)[1:]
+    plan = packlib.optimal_pack(h, max_sequences_per_pack=None)
+    check_plan(plan, h, None)
+    assert plan.gap <= 1e-4 * plan.lower_bound
+    assert plan.lower_bound > -(-int((h * np.arange(1, L + 1)).sum()) // L)  # the L2 bound beats tokens / L
+    assert naive_certificate.check_fast(plan.bound.certificate, h) == plan.lower_bound
+    with pytest.raises(AssertionError):
+        naive_certificate.check_fast(naive_certificate.broken(plan.bound.certificate))
+    deep = packlib.optimal_pack(h, max_sequences_per_pack=8)
+    check_plan(deep, h, 8)
+    assert naive_certificate.check_fast(deep.bound.certificate, h) == deep.lower_bound

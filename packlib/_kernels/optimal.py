@@ -276,12 +276,12 @@ def exact_fill(h, L, D, mode):
         n = 0
         gap = L
         target = 0
-        if mode >= 3 and D > 0:
+        if mode == 3 and D > 0:
             # sequences per pack the rest needs on average (tokens / L packs)
             target = np.int64(np.ceil(items_left * L / max(tokens_left, 1)))
         while gap > 0 and (D == 0 or n < D):
             spread = 0
-            if mode >= 3 and D > 0:
+            if mode == 3 and D > 0:
                 want = min(D, max(2, target)) - n  # sequences this pack should still take
                 if want >= 3:
                     spread = want
