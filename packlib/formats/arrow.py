@@ -395,6 +395,8 @@ def _gather_values(column, row, start, length, out_pos, total, by_row, sources: 
         if row.size:
             r_all, s_all, n_all, o_all = by_row
             sizes = tuple(len(ch) for ch in chunks)
+            layouts = sources.setdefault("layouts", {})
+            layout = layouts.setdefault(sizes, len(layouts))   # a small id per chunk layout
             bounds = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
             ptr = np.searchsorted(r_all, bounds)         # chunk c owns sorted segments ptr[c]:ptr[c+1]
             for c, ch in enumerate(chunks):
@@ -402,7 +404,7 @@ def _gather_values(column, row, start, length, out_pos, total, by_row, sources: 
                 if a == b:
                     continue
                 offsets = ch.offsets.to_numpy()
-                key = (sizes, c)                          # same layout: same segments
+                key = (layout, c)                         # same layout: same segments
                 hit = sources.get(key)
                 if hit is not None and np.array_equal(hit[0], offsets):
                     src = hit[1]
