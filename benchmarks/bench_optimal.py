@@ -2,6 +2,14 @@
 
     python benchmarks/bench_optimal.py            # full run (the depth-3 arc-flow baseline takes ~1 min)
     python benchmarks/bench_optimal.py --quick    # Wikipedia depth 3 only, arc-flow baseline at depth 2
+    python benchmarks/bench_optimal.py --long     # only the long-context rows (L = 8k-128k)
+
+Long-context rows (issue 14): ``optimal_pack`` at L = 8,192 (3 M lognormal lengths,
+unlimited and depth 8), 32,768 (2 M, bimodal) and 131,072 (1 M, bimodal), each with its
+gap to the proven bound, its certificate verified by the independent numpy checker of
+``tests/naive_certificate.py`` (which imports nothing from packlib), the peak memory
+(tracemalloc, a separate call), and per-sequence best-fit decreasing on the same lengths
+as the baseline, in the same process.
 
 Rows: for each input and depth, the packs and time of SPFHP, LPFHP, NNLSHP and
 ``optimal_pack`` (with each one's gap to the proven bound), and of ``lower_bound`` against a
@@ -87,6 +95,61 @@ def arc_flow_lp(h, depth):
     return res.fun, A
 
 
+def bimodal_histogram(L, n, seed=0, short_fraction=0.8):
+    """A mix of short and long documents: 80 % lognormal around 600 tokens (sigma 0.9),
+    20 % lognormal around ``L / e`` (sigma 0.6), clipped to ``[1, L]``."""
+    rng = np.random.default_rng(seed)
+    n_short = rng.binomial(n, short_fraction)
+    short = rng.lognormal(np.log(600), 0.9, n_short)
+    long = rng.lognormal(np.log(L) - 1.0, 0.6, n - n_short)
+    lengths = np.clip(np.rint(np.concatenate([short, long])), 1, L).astype(np.int64)
+    return np.bincount(lengths, minlength=L + 1)[1:]
+
+
+LONG_CASES = [  # (name, L, histogram factory, depth, goal in seconds)
+    ("lognormal-8k, 3M", 8192, lambda: lognormal_histogram(8192, 3_000_000), None, 5.0),
+    ("lognormal-8k, 3M", 8192, lambda: lognormal_histogram(8192, 3_000_000), 8, 10.0),
+    ("bimodal-32k, 2M", 32768, lambda: bimodal_histogram(32768, 2_000_000), None, 20.0),
+    ("bimodal-128k, 1M", 131072, lambda: bimodal_histogram(131072, 1_000_000), None, 60.0),
+]
+
+
+def long_context(repeat):
+    """The issue-14 rows: time, gap, independent certificate check, memory, BFD baseline."""
+    import tracemalloc
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    import naive_certificate  # noqa: E402  (independent of packlib)
+
+    print("long context (issue 14): optimal_pack vs per-sequence BFD on the same lengths")
+    print(f"{'input':<18} {'depth':>5} {'packs':>10} {'bound':>10} {'gap':>5} {'gap %':>8} {'time':>8} {'goal':>6} "
+          f"{'peak mem':>9} {'cert check':>11} {'BFD packs':>10} {'BFD time':>9} {'trivial':>10}")
+    for name, L, make, depth, goal in LONG_CASES:
+        h = make()
+        packlib.optimal_pack(h[:64], max_sequences_per_pack=depth)  # kernels loaded
+        t_opt, plan = timed(lambda: packlib.optimal_pack(h, max_sequences_per_pack=depth), repeat)
+        tracemalloc.start()
+        packlib.optimal_pack(h, max_sequences_per_pack=depth)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        t0 = time.perf_counter()
+        proven = naive_certificate.check_fast(plan.bound.certificate, h)
+        t_check = time.perf_counter() - t0
+        assert proven == plan.lower_bound, (proven, plan.lower_bound)
+        lengths = np.repeat(np.arange(1, L + 1), h)
+        t_bfd, bfd = timed(lambda: packlib.bfd_pack(lengths, L, depth), 1)
+        trivial = -(-int((h * np.arange(1, L + 1)).sum()) // L)
+        d = "max" if depth is None else str(depth)
+        gap_pct = 100 * plan.gap / plan.lower_bound
+        print(f"{name:<18} {d:>5} {plan.num_packs:>10,} {plan.lower_bound:>10,} {plan.gap:>5,} {gap_pct:>7.4f}% "
+              f"{fmt(t_opt):>8} {goal:>5.0f}s {peak / 2**20:>7.0f} MB {fmt(t_check):>11} {len(bfd):>10,} "
+              f"{fmt(t_bfd):>9} {trivial:>10,}")
+        print(f"{'':<18} {'':>5} within 0.01 %: {'yes' if gap_pct <= 0.01 else 'NO'}; time goal: "
+              f"{'met' if t_opt <= goal else 'NOT met'}; optimal / BFD time {t_opt / t_bfd:.2f}x, "
+              f"BFD packs - optimal packs {len(bfd) - plan.num_packs:,}; {plan.message}")
+    print()
+
+
 def lognormal_histogram(L=1024, n=2_000_000, seed=0):
     x = np.random.default_rng(seed).lognormal(np.log(L) - 1.2, 0.8, n)
     lengths = np.clip(np.rint(x), 1, L).astype(np.int64)
@@ -96,9 +159,13 @@ def lognormal_histogram(L=1024, n=2_000_000, seed=0):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="Wikipedia depth 3 only; arc-flow baseline at depth 2")
+    ap.add_argument("--long", action="store_true", help="only the long-context rows (L = 8k-128k)")
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     repeat = 1 if args.quick else args.repeat
+    if args.long:
+        long_context(repeat)
+        return
 
     wiki = packlib.datasets.wikipedia_512()
     cases = [("wikipedia-512", wiki, 3)]
@@ -107,34 +174,37 @@ def main():
                   ("lognormal-1024", lognormal_histogram(), 3)]
 
     t0 = time.perf_counter()
-    packlib.optimal_pack(np.array([0, 3, 1, 2, 0, 1, 1, 1]), 3)
-    packlib.optimal_pack(np.array([0, 3, 1, 2, 0, 1, 1, 1]), None)
+    packlib.optimal_pack(np.array([0, 3, 1, 2, 0, 1, 1, 1]), max_sequences_per_pack=3)
+    packlib.optimal_pack(np.array([0, 3, 1, 2, 0, 1, 1, 1]), max_sequences_per_pack=None)
     first = time.perf_counter() - t0
     print(f"first calls (numba compile or cache load, scipy/HiGHS import): {fmt(first)}\n")
 
     print(f"{'input':<15} {'depth':>5} {'method':<12} {'packs':>12} {'gap':>7} {'efficiency':>10} {'time':>9}")
     for name, h, depth in cases:
         d = "max" if depth is None else str(depth)
-        t_opt, plan = timed(lambda: packlib.optimal_pack(h, depth), repeat)
+        t_opt, plan = timed(lambda: packlib.optimal_pack(h, max_sequences_per_pack=depth), repeat)
         bound = plan.lower_bound
         rows = []
-        for label, fn in (("spfhp", packlib.spfhp_pack), ("lpfhp", packlib.lpfhp_pack), ("nnlshp", packlib.nnls_pack)):
-            t, p = timed(lambda: fn(h, depth), repeat)
+        for label, fn in (("spfhp", packlib.spfhp_pack), ("lpfhp", packlib.lpfhp_pack), ("nnls", packlib.nnls_pack)):
+            t, p = timed(lambda: fn(h, max_sequences_per_pack=depth), repeat)
             rows.append((label, p, t))
         rows.append(("optimal", plan, t_opt))
         for label, p, t in rows:
             print(f"{name:<15} {d:>5} {label:<12} {p.num_packs:>12,} {p.num_packs - bound:>7,} "
                   f"{100 * p.efficiency:>9.3f}% {fmt(t):>9}")
-        t_lb, lb = timed(lambda: packlib.lower_bound(h, depth), repeat)
+        t_lb, lb = timed(lambda: packlib.lower_bound(h, max_sequences_per_pack=depth), repeat)
         print(f"{name:<15} {d:>5} {'lower_bound':<12} {lb.bound:>12,} {'':>7} {'':>10} {fmt(t_lb):>9}"
               f"   LP {lb.lp_value:,.3f}, {lb.info['rounds']} LP solves, {lb.info['columns']} patterns")
         t_nn = rows[2][2]
-        print(f"{'':<15} {'':>5} optimal / nnlshp time: {t_opt / t_nn:.2f}x\n")
+        print(f"{'':<15} {'':>5} optimal / nnls time: {t_opt / t_nn:.2f}x\n")
+
+    if not args.quick:
+        long_context(repeat)
 
     print("baseline: whole arc-flow LP with scipy.optimize.linprog(method='highs')")
     base_cases = [(2, "wikipedia-512", wiki)] + ([] if args.quick else [(3, "wikipedia-512", wiki), (None, "wikipedia-512", wiki)])
     for depth, name, h in base_cases:
-        t_lb, lb = timed(lambda: packlib.lower_bound(h, depth), repeat)
+        t_lb, lb = timed(lambda: packlib.lower_bound(h, max_sequences_per_pack=depth), repeat)
         t0 = time.perf_counter()
         value, arcs = arc_flow_lp(h, depth)
         t_af = time.perf_counter() - t0

@@ -232,7 +232,7 @@ def _largest_present(parent, g):
 def exact_fill(h, L, D, mode):
     """Pack a histogram pack by pack, aiming for packs that are exactly full.
 
-    Each pack starts with the longest sequence left. While there is room (and fewer than
+    Each pack starts with the longest sequence left (except in mode 3). While there is room (and fewer than
     ``D`` sequences; ``D = 0``: unlimited), the gap ``g`` is filled by one rule:
 
     - ``mode 0``: the longest sequence that fits (best fit);
@@ -241,9 +241,10 @@ def exact_fill(h, L, D, mode):
     - ``mode 2``: like 1, but the pair as even as possible, which keeps the short
       sequences for the packs that need them at the end;
     - ``mode 3`` (depth limits): like 2, but while the pack holds fewer sequences than the
-      rest of the histogram needs per pack on average (``sequences * L / tokens``), it
-      takes the longest sequence of at most ``g / (slots wanted)``, so short sequences
-      are spread over the packs instead of piling up at the end.
+      rest of the histogram needs per pack on average (``ceil(sequences * L / tokens)``,
+      at least 3), it takes the longest sequence of at most ``g / (slots wanted)`` (also
+      for its first sequence), so short sequences are spread over the packs instead of
+      piling up at the end, where the depth limit would leave their packs part-empty.
 
     A pack is repeated while every length it uses has enough copies left. Returns
     ``(items, offsets, counts)``: pack type ``t`` holds ``items[offsets[t]:offsets[t+1]]``
