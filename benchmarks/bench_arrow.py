@@ -1,7 +1,7 @@
 """Benchmark: packing an Arrow table / Hugging Face dataset, against TRL's ``pack_dataset``.
 
     python benchmarks/bench_arrow.py            # 1,000,000 rows
-    python benchmarks/bench_arrow.py --quick    # 100,000 rows, TRL's bfd only, no nnls row
+    python benchmarks/bench_arrow.py --quick    # 100,000 rows, TRL's bfd only
     python benchmarks/bench_arrow.py --rows 400000
 
 Input: lognormal row lengths (``benchmarks._common.lognormal_lengths``, mean ~147 tokens,
@@ -123,7 +123,7 @@ def seq_lengths_sorted(table_or_dataset):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="100,000 rows; TRL's bfd only; no method='nnls' row")
+    ap.add_argument("--quick", action="store_true", help="100,000 rows; TRL's bfd only")
     ap.add_argument("--rows", type=int, default=None, help="number of rows (default 1,000,000; --quick 100,000)")
     ap.add_argument("--no-trl", action="store_true", help="skip the TRL baseline")
     args = ap.parse_args()
@@ -195,12 +195,17 @@ def main():
         rep = reports[(what, overflow)]
         rows.append((what, overflow, float(np.median([t[0] for t in ts])), float(np.median([t[1] for t in ts])),
                      rep["packed_rows"], rep["tokens"]))
-    if not args.quick:
-        wall, cpu, out = timed_cpu(lambda: pa_arrow.pack_table(table, L, method="nnls"))
-        rep = pa_arrow.packing_report(out)
-        rows.append(("packlib `pack_table(method=\"nnls\")`", "truncate", wall, cpu, rep["packed_rows"], rep["tokens"]))
-        del out
-        gc.collect()
+    for overflow in ("truncate", "split"):
+        pa_arrow.pack_table(table.slice(0, 1000), L, method="optimal")
+        ts = []
+        for _ in range(2):
+            wall, cpu, out = timed_cpu(lambda: pa_arrow.pack_table(table, L, method="optimal", overflow=overflow))
+            ts.append((wall, cpu))
+            rep = pa_arrow.packing_report(out)
+            del out
+            gc.collect()
+        rows.append(("packlib `pack_table(method=\"optimal\")`", overflow, float(np.median([t[0] for t in ts])),
+                     float(np.median([t[1] for t in ts])), rep["packed_rows"], rep["tokens"]))
     clipped = np.minimum(lengths, L)
     packlib.bfd_pack(clipped, L)
     wall, cpu, packs = timed_cpu(lambda: packlib.bfd_pack(clipped, L))
