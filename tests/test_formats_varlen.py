@@ -87,8 +87,20 @@ def test_from_packs():
 def test_errors():
     with pytest.raises(ValueError, match="overflow int32"):
         vl.cu_seqlens([2**30, 2**30])
-    with pytest.raises(ValueError, match="row_length"):
+    with pytest.raises(ValueError, match="max_sequence_length"):
         vl.mlperf_input_mask([3, 4], 6)
+    with pytest.raises(TypeError, match="max_sequence_length"):
+        vl.mlperf_input_mask([3, 4])
+    with pytest.raises(TypeError, match="twice"):
+        vl.attention_span([3, 4], 8, row_length=8)
+
+
+def test_row_length_keyword_is_deprecated():
+    with pytest.warns(DeprecationWarning, match="row_length"):
+        old = vl.attention_span([3, 2], row_length=6)
+    assert old.tolist() == vl.attention_span([3, 2], max_sequence_length=6).tolist() == [2, 1, 0, 1, 0, 0]
+    with pytest.warns(DeprecationWarning, match="row_length"):
+        assert vl.torchtune_pack([1, 2, 3], [3], row_length=4)["tokens"].tolist() == [1, 2, 3, 0]
     with pytest.raises(ValueError, match=">= 1"):
         vl.position_ids([2, 0])
     with pytest.raises(ValueError, match="sum to"):

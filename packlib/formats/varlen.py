@@ -24,6 +24,7 @@ Worked example: one row of 12 with documents of lengths 3, 2, 4 (and 3 padding):
 from __future__ import annotations
 
 import functools
+import warnings
 
 import numpy as np
 
@@ -54,17 +55,31 @@ def _lengths(lengths, name: str = "lengths") -> np.ndarray:
     return as_lengths(lengths, None, name)
 
 
-def _row(lengths, row_length) -> tuple[np.ndarray, int]:
+def _row(lengths, max_sequence_length, row_length=None, func: str = "") -> tuple[np.ndarray, int]:
+    """Lengths and the row width: ``max_sequence_length`` (the house name of a pack's
+    capacity), or ``row_length=`` (this module's former keyword; deprecated)."""
+    if row_length is not None:
+        if max_sequence_length is not None:
+            raise TypeError(f"{func}() got the row width twice: pass max_sequence_length only")
+        warnings.warn(
+            f"{func}(row_length=...) is deprecated and will be removed in the next release; "
+            "pass max_sequence_length=... (or the width as the second argument)",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        max_sequence_length = row_length
+    if max_sequence_length is None:
+        raise TypeError(f"{func}() needs max_sequence_length (the row width in tokens)")
     lens = _lengths(lengths)
-    T = as_positive_int(row_length, "row_length")
+    T = as_positive_int(max_sequence_length, "max_sequence_length")
     if int(lens.sum()) > T:
-        raise ValueError(f"the documents hold {int(lens.sum())} tokens > row_length = {T}")
+        raise ValueError(f"the documents hold {int(lens.sum())} tokens > max_sequence_length = {T}")
     return lens, T
 
 
 def _fits_memory(fn):
     """Turn numpy's ``MemoryError`` (a row or a batch too large to allocate, e.g.
-    ``row_length=2**40``) into a ``ValueError`` naming the function."""
+    ``max_sequence_length=2**40``) into a ``ValueError`` naming the function."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -72,7 +87,7 @@ def _fits_memory(fn):
             return fn(*args, **kwargs)
         except MemoryError:
             raise ValueError(
-                f"{fn.__name__}: the output does not fit in memory; check the lengths / row_length "
+                f"{fn.__name__}: the output does not fit in memory; check the lengths / max_sequence_length "
                 "(a row or batch this large is not what these fields are for)"
             ) from None
 
@@ -174,57 +189,63 @@ def seq_idx(lengths) -> np.ndarray:
 
 
 @_fits_memory
-def mlperf_input_mask(lengths, row_length: int) -> np.ndarray:
+def mlperf_input_mask(lengths, max_sequence_length: int | None = None, *, row_length: int | None = None) -> np.ndarray:
     """MLPerf packed BERT ``input_mask``: document index ``1..k`` per token, 0 = padding.
 
     Parameters
     ----------
     lengths : 1-D int array
         Document lengths (>= 1), in order.
-    row_length : int
+    max_sequence_length : int
         The row's width in tokens (at least ``sum(lengths)``).
+    row_length : int, optional
+        Deprecated spelling of ``max_sequence_length``.
     """
-    lens, T = _row(lengths, row_length)
+    lens, T = _row(lengths, max_sequence_length, row_length, "mlperf_input_mask")
     out = np.zeros(T, dtype=np.int64)
     out[: int(lens.sum())] = np.repeat(np.arange(1, lens.size + 1), lens)
     return out
 
 
 @_fits_memory
-def attention_span(lengths, row_length: int) -> np.ndarray:
+def attention_span(lengths, max_sequence_length: int | None = None, *, row_length: int | None = None) -> np.ndarray:
     """Cerebras ``attention_span``: counts down to each document's end (``n-1 .. 0``), 0 = padding.
 
     Parameters
     ----------
     lengths : 1-D int array
         Document lengths (>= 1), in order.
-    row_length : int
+    max_sequence_length : int
         The row's width in tokens (at least ``sum(lengths)``).
+    row_length : int, optional
+        Deprecated spelling of ``max_sequence_length``.
     """
-    lens, T = _row(lengths, row_length)
+    lens, T = _row(lengths, max_sequence_length, row_length, "attention_span")
     out = np.zeros(T, dtype=np.int64)
     out[: int(lens.sum())] = np.repeat(lens, lens) - 1 - position_ids(lens)
     return out
 
 
 @_fits_memory
-def torchtune_seq_lens(lengths, row_length: int) -> np.ndarray:
+def torchtune_seq_lens(lengths, max_sequence_length: int | None = None, *, row_length: int | None = None) -> np.ndarray:
     """torchtune ``seq_lens``: the documents, then the padding as one last "sequence".
 
     Parameters
     ----------
     lengths : 1-D int array
         Document lengths (>= 1), in order.
-    row_length : int
+    max_sequence_length : int
         The row's width in tokens (at least ``sum(lengths)``).
+    row_length : int, optional
+        Deprecated spelling of ``max_sequence_length``.
     """
-    lens, T = _row(lengths, row_length)
+    lens, T = _row(lengths, max_sequence_length, row_length, "torchtune_seq_lens")
     pad = T - int(lens.sum())
     return np.concatenate((lens, [pad])) if pad else lens.copy()
 
 
 @_fits_memory
-def torchtune_input_pos(lengths, row_length: int) -> np.ndarray:
+def torchtune_input_pos(lengths, max_sequence_length: int | None = None, *, row_length: int | None = None) -> np.ndarray:
     """torchtune ``input_pos``: positions per document; padding positions keep counting
     from the last document's end.
 
@@ -232,10 +253,12 @@ def torchtune_input_pos(lengths, row_length: int) -> np.ndarray:
     ----------
     lengths : 1-D int array
         Document lengths (>= 1), in order.
-    row_length : int
+    max_sequence_length : int
         The row's width in tokens (at least ``sum(lengths)``).
+    row_length : int, optional
+        Deprecated spelling of ``max_sequence_length``.
     """
-    lens, T = _row(lengths, row_length)
+    lens, T = _row(lengths, max_sequence_length, row_length, "torchtune_input_pos")
     pos = position_ids(lens)
     pad = T - pos.size
     last = int(pos[-1]) + 1 if pos.size else 0
@@ -338,8 +361,8 @@ def megatron_thd(lengths, *, pad_to_multiple_of: int = 1) -> dict:
 
 
 @_fits_memory
-def torchtune_pack(tokens, lengths, row_length: int, *, labels=None, padding_idx: int = 0,
-                   ignore_index: int = -100) -> dict:
+def torchtune_pack(tokens, lengths, max_sequence_length: int | None = None, *, labels=None, padding_idx: int = 0,
+                   ignore_index: int = -100, row_length: int | None = None) -> dict:
     """One packed row as torchtune's ``PackedDataset`` yields it: ``tokens`` (padded with
     ``padding_idx``), ``labels`` (padded with ``ignore_index``; default: the tokens),
     ``input_pos`` and ``seq_lens``, all int64.
@@ -348,15 +371,17 @@ def torchtune_pack(tokens, lengths, row_length: int, *, labels=None, padding_idx
     ----------
     tokens, lengths
         As for :func:`hf_flattening_batch`.
-    row_length : int
+    max_sequence_length : int
         The row's width (at least ``len(tokens)``).
     labels : 1-D int array, optional
         Default: the tokens.
     padding_idx, ignore_index : int
         Padding of ``tokens`` and of ``labels`` (exact integers).
+    row_length : int, optional
+        Deprecated spelling of ``max_sequence_length``.
     """
     tok, lens = _tokens(tokens, lengths)
-    _, T = _row(lens, row_length)
+    _, T = _row(lens, max_sequence_length, row_length, "torchtune_pack")
     padding_idx = as_int(padding_idx, "padding_idx", minimum=-(2**63), maximum=2**63 - 1)
     ignore_index = as_int(ignore_index, "ignore_index", minimum=-(2**63), maximum=2**63 - 1)
     lab = tok if labels is None else _tokens(labels, lens, "labels")[0]
