@@ -22,8 +22,19 @@ the quotient is a :class:`fractions.Fraction`, so solver tolerances cannot infla
 The same argument gives a valid bound when column generation stops early (``time_limit``).
 
 The plan rounds the LP solution down to whole packs and packs the few hundred sequences
-left over with NNLSHP and LPFHP; the result is compared with SPFHP, LPFHP and NNLSHP on the
-whole histogram and the best plan is returned. See ``docs/optimal.md``.
+left over with NNLSHP and LPFHP; the result is compared with SPFHP, LPFHP, NNLSHP and an
+exact-fill packer on the whole histogram and the best plan is returned.
+
+Every bound comes with a :class:`Certificate`: integer prices per length and a
+denominator that bounds every pack's price sum, checkable by a plain knapsack DP without
+packlib (``tests/naive_certificate.py``).
+
+Long context (``L > 1024``): the LP has up to ~10**5 rows and each pricing round ~10**10
+DP cells, so neither the LP nor NNLSHP is run. The bound is the best of the Martello-Toth
+L2 family (a dual-feasible function: long sequences priced 1, short ones 0, the rest by
+length), verified exactly, which on real length distributions equals the LP optimum; the
+plan comes from the exact-fill packer (:func:`packlib._kernels.optimal.exact_fill`). See
+``docs/optimal.md``.
 """
 from __future__ import annotations
 
@@ -755,13 +766,17 @@ def lower_bound(histogram, max_sequence_length: int | None = None, max_sequences
     LowerBound
         ``int(result)`` / ``result.bound`` is the best of the bounds.
 
+    ``result.certificate`` proves ``result.bound`` in integers anyone can check (see
+    :class:`Certificate`); ``result.status`` / ``result.message`` say how it stopped.
+
     Notes
     -----
-    Cost: a few LP solves over a few thousand patterns. Column generation starts from
-    LPFHP's and SPFHP's strategies; if 6 rounds do not solve the LP, NNLSHP runs and its
-    strategies (which nearly always contain an optimal basis) are added. Wikipedia-512 at
-    depth 3 takes about 0.8 s warm; the pricing DP takes ``O(L^2 * D)`` time and bytes
-    per round.
+    Up to ``L = 1024``: a few LP solves over a few thousand patterns. Column generation
+    starts from LPFHP's and SPFHP's strategies; if 6 rounds do not solve the LP, NNLSHP runs
+    and its strategies (which nearly always contain an optimal basis) are added; the
+    pricing DP takes ``O(L^2 * D)`` time and bytes per round. Above ``L = 1024`` (long
+    context) the LP is not solved: the bound is the best L2 bound (see the module docs),
+    ``O(L)`` plus an exact check of its certificate.
 
     Examples
     --------
@@ -791,8 +806,11 @@ def optimal_pack(
     Computes the certified LP lower bound of :func:`lower_bound`, rounds the LP solution
     down to whole packs, packs the few hundred sequences left over with NNLSHP and LPFHP
     (also after giving back one copy of every LP pattern, which leaves the leftover
-    packers more freedom), and returns the best of those plans and of SPFHP, LPFHP
-    and NNLSHP on the whole histogram, so it is never worse than any of them.
+    packers more freedom), and returns the best of those plans and of SPFHP, LPFHP,
+    NNLSHP and the exact-fill packer on the whole histogram, so it is never worse than
+    any of them. Above ``L = 1024`` (long context) the plan is the exact-fill packer's
+    (and never worse than SPFHP and LPFHP up to ``L = 2048``) and the bound the L2 bound:
+    see :func:`lower_bound`.
 
     Parameters
     ----------
@@ -810,9 +828,13 @@ def optimal_pack(
     -------
     PackingPlan
         ``method == "optimal"``, ``plan.lower_bound`` the proven bound and ``plan.gap``
-        the packs above it. ``plan.info`` holds ``"bound"`` (the :class:`LowerBound`),
+        the packs above it; ``plan.bound`` the :class:`LowerBound` with its certificate;
+        ``plan.status``: ``0`` finished normally (always when ``gap == 0``), ``1``
+        stopped by ``time_limit`` with a gap left, ``2`` column generation reached its
+        round limit; ``plan.message`` says so in a sentence. ``plan.info`` holds
+        ``"bound"`` (the :class:`LowerBound` again),
         ``"source"`` (which step produced the plan: ``"lp-rounding"``, ``"lpfhp"``,
-        ``"spfhp"`` or ``"nnls"``), ``"heuristics"`` (packs of each heuristic, by registry
+        ``"spfhp"``, ``"nnls"`` or ``"fill"``), ``"heuristics"`` (packs of each heuristic, by registry
         name),
         ``"seconds"``.
 
