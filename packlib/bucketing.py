@@ -799,9 +799,13 @@ class PackStream:
         if state is not None and not self._source._own:
             # a plain source's state counts items: it must be the start of the stated window
             src = state["source_state"]
-            n = 0 if src is None else src.get("num_items_yielded") if isinstance(src, dict) else None
+            n = None
+            if src is None:
+                n = 0
+            elif isinstance(src, dict) and "num_items_yielded" in src:
+                n = as_nonnegative_int(src["num_items_yielded"], "state['source_state']['num_items_yielded']")
             expect = state["window"] * self._read_ahead
-            if n is not None and not isinstance(n, bool) and isinstance(n, numbers.Integral) and n != expect:
+            if n is not None and n != expect:
                 raise ValueError(
                     f"state is inconsistent: window {state['window']} starts at item {expect:,} "
                     f"(read_ahead={self._read_ahead}), but its source_state says {n:,} items were read"
