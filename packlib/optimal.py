@@ -477,23 +477,54 @@ def _verified(cert: Certificate | None) -> Certificate | None:
 
 def _fill_plan(h: np.ndarray, L: int, depth: int | None):
     """The best of the exact-fill packings (see :func:`packlib._kernels.optimal.exact_fill`)
-    as ``(strategies, counts, mode)``."""
-    from ._kernels.optimal import exact_fill
+    as ``(strategies, counts, how)``. With a depth limit the candidates are the
+    depth-aware fill, and the unlimited fill made to respect the limit by exchanges
+    (:func:`packlib._kernels.optimal.depth_repair`) with what no exchange fixed packed
+    again."""
+    from ._kernels.optimal import depth_repair, exact_fill
 
-    D = 0 if depth is None else depth
-    best = None
-    for mode in ((3, 2, 0) if D else (2, 0)):
-        items, offsets, counts = exact_fill(h, L, D, mode)
-        if best is None or counts.sum() < best[2].sum():
-            best = (items, offsets, counts, mode)
-    items, offsets, counts, mode = best
-    sizes = np.diff(offsets)
-    width = int(sizes.max()) if sizes.size else 1
-    strategies = np.zeros((counts.size, width), dtype=np.int64)
-    rows = np.repeat(np.arange(counts.size), sizes)
-    cols = np.arange(items.size) - np.repeat(offsets[:-1], sizes)
-    strategies[rows, cols] = items
-    return strategies, counts, mode
+    def as_rows(items, offsets, counts):
+        sizes = np.diff(offsets)
+        width = int(sizes.max()) if sizes.size else 1
+        strategies = np.zeros((counts.size, width), dtype=np.int64)
+        rows = np.repeat(np.arange(counts.size), sizes)
+        cols = np.arange(items.size) - np.repeat(offsets[:-1], sizes)
+        strategies[rows, cols] = items
+        return strategies, counts
+
+    def best_fill(hist, D, modes):
+        best = None
+        for mode in modes:
+            out = exact_fill(hist, L, D, mode)
+            if best is None or out[2].sum() < best[0][2].sum():
+                best = (out, mode)
+        return best
+
+    if depth is None:
+        (items, offsets, counts), mode = best_fill(h, 0, (2, 0))
+        return (*as_rows(items, offsets, counts), f"fill {mode}")
+    (items, offsets, counts), mode = best_fill(h, depth, (3, 2, 0))
+    candidates = [(*as_rows(items, offsets, counts), f"fill {mode}")]
+    unlimited = exact_fill(h, L, 0, 2)
+    if np.diff(unlimited[1]).max(initial=0) > depth:
+        rows, cnt, residual = depth_repair(*unlimited, L, depth)
+        keep = cnt > 0
+        rows, cnt = rows[keep], cnt[keep]
+        if rows.size and (rows[:, depth:] != 0).any():  # pragma: no cover - kernel invariant
+            raise RuntimeError("depth_repair left a pack over the depth limit; please report this")
+        rows = rows[:, :depth]
+        if residual.any():
+            (items, offsets, counts), _ = best_fill(residual, depth, (3, 2, 0))
+            rest, rest_counts = as_rows(items, offsets, counts)
+            width = max(rows.shape[1], rest.shape[1])
+            both = np.zeros((rows.shape[0] + rest.shape[0], width), np.int64)
+            both[: rows.shape[0], : rows.shape[1]] = rows
+            both[rows.shape[0] :, : rest.shape[1]] = rest
+            rows, cnt = both, np.concatenate([cnt, rest_counts])
+        candidates.append((rows, cnt, "fill 2 + exchanges"))
+    else:
+        candidates.append((*as_rows(*unlimited), "fill 2"))
+    return min(candidates, key=lambda c: int(c[1].sum()))
 
 
 def _best_certificate(certs):

@@ -518,3 +518,22 @@ def test_long_context_lognormal():
     deep = packlib.optimal_pack(h, max_sequences_per_pack=8)
     check_plan(deep, h, 8)
     assert naive_certificate.check_fast(deep.bound.certificate, h) == deep.lower_bound
+
+
+@given(small_histograms(max_len=60, max_count=80), st.integers(1, 6))
+@settings(max_examples=60)
+def test_depth_repair_keeps_every_sequence_and_the_limit(h, D):
+    from packlib._kernels.optimal import depth_repair, exact_fill
+
+    L = len(h)
+    items, offsets, counts = exact_fill(h, L, 0, 2)
+    rows, cnt, residual = depth_repair(items, offsets, counts, L, D)
+    assert (residual >= 0).all() and (cnt >= 0).all()
+    covered = residual.copy()
+    for r, c in zip(rows, cnt):
+        if c:
+            pack = r[r > 0]
+            assert pack.size <= D and pack.sum() <= L and (np.diff(pack) <= 0).all()
+            assert (r[pack.size :] == 0).all()
+            np.add.at(covered, pack - 1, c)
+    assert np.array_equal(covered, h)

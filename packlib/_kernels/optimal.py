@@ -427,3 +427,131 @@ def pack_value_at_most(lens, prices, dear, L, den):
             if G[s] + fill > den:
                 return False
     return True
+
+
+@jit
+def depth_repair(items, offsets, counts, L, D):
+    """Make a plan of exactly-full packs respect a depth limit ``D`` by exchanges.
+
+    A pack with ``n > D`` sequences gives its ``j`` shortest ones (``sigma`` tokens in
+    all) to a pack that holds a sequence of exactly ``sigma`` tokens and room for ``j - 1``
+    more sequences, and takes that sequence in exchange: both stay just as full, and the
+    first holds ``j - 1`` fewer sequences. ``j`` starts at ``n - D + 1`` (one exchange
+    suffices) and decreases to 2 while no partner is found; a pack still too deep after
+    an exchange is treated again. Whole groups of identical packs are exchanged at once.
+    Packs that find no partner are dissolved into the returned residual histogram (for
+    the caller to pack again).
+
+    ``(items, offsets, counts)`` as returned by :func:`exact_fill`. Returns ``(rows,
+    counts, residual)``: one pack per row (lengths, zero-padded, unsorted), its count.
+    """
+    T = counts.size
+    width = D
+    for t in range(T):
+        width = max(width, offsets[t + 1] - offsets[t])
+    rows = np.zeros((2 * T + 16, width), np.int64)
+    size = np.zeros(2 * T + 16, np.int64)
+    cnt = np.zeros(2 * T + 16, np.int64)
+    for t in range(T):
+        n = offsets[t + 1] - offsets[t]
+        for i in range(n):
+            rows[t, i] = items[offsets[t] + i]
+        size[t] = n
+        cnt[t] = counts[t]
+    n_rows = T
+    # packs with room, listed under each length they hold (CSR)
+    start = np.zeros(L + 2, np.int64)
+    for t in range(T):
+        if size[t] < D:
+            for i in range(size[t]):
+                if i == 0 or rows[t, i] != rows[t, i - 1]:
+                    start[rows[t, i] + 1] += 1
+    for x in range(1, L + 2):
+        start[x] += start[x - 1]
+    holders = np.zeros(start[L + 1], np.int64)
+    fill = start.copy()
+    for t in range(T):
+        if size[t] < D:
+            for i in range(size[t]):
+                if i == 0 or rows[t, i] != rows[t, i - 1]:
+                    holders[fill[rows[t, i]]] = t
+                    fill[rows[t, i]] += 1
+    residual = np.zeros(L, np.int64)
+    p = 0
+    while p < n_rows:
+        n = size[p]
+        c = cnt[p]
+        if n <= D or c == 0:
+            p += 1
+            continue
+        j = min(n - D + 1, D)
+        while c > 0 and j >= 2:
+            sigma = 0
+            for i in range(n - j, n):  # rows are descending: the j shortest are last
+                sigma += rows[p, i]
+            ptr = start[sigma] if sigma <= L else start[L + 1]
+            end = start[sigma + 1] if sigma <= L else start[L + 1]
+            while c > 0 and ptr < end:
+                q = holders[ptr]
+                if cnt[q] == 0 or size[q] + j - 1 > D:
+                    ptr += 1
+                    continue
+                if n_rows + 2 > rows.shape[0]:
+                    cap = 2 * rows.shape[0]
+                    r2 = np.zeros((cap, width), np.int64)
+                    r2[:n_rows] = rows[:n_rows]
+                    rows = r2
+                    s2 = np.zeros(cap, np.int64)
+                    s2[:n_rows] = size[:n_rows]
+                    size = s2
+                    c2 = np.zeros(cap, np.int64)
+                    c2[:n_rows] = cnt[:n_rows]
+                    cnt = c2
+                k = min(c, cnt[q])
+                # p': the long ones of p, then sigma (kept descending)
+                w = 0
+                placed = False
+                for i in range(n - j):
+                    if not placed and sigma >= rows[p, i]:
+                        rows[n_rows, w] = sigma
+                        w += 1
+                        placed = True
+                    rows[n_rows, w] = rows[p, i]
+                    w += 1
+                if not placed:
+                    rows[n_rows, w] = sigma
+                    w += 1
+                size[n_rows] = w
+                cnt[n_rows] = k
+                n_rows += 1
+                # q': q without one sigma, with the j short ones of p (descending)
+                w = 0
+                dropped = False
+                for i in range(size[q]):
+                    if not dropped and rows[q, i] == sigma:
+                        dropped = True
+                        continue
+                    rows[n_rows, w] = rows[q, i]
+                    w += 1
+                for i in range(n - j, n):
+                    rows[n_rows, w] = rows[p, i]
+                    w += 1
+                for i in range(1, w):  # insertion sort, descending
+                    v = rows[n_rows, i]
+                    m = i - 1
+                    while m >= 0 and rows[n_rows, m] < v:
+                        rows[n_rows, m + 1] = rows[n_rows, m]
+                        m -= 1
+                    rows[n_rows, m + 1] = v
+                size[n_rows] = w
+                cnt[n_rows] = k
+                n_rows += 1
+                cnt[q] -= k
+                c -= k
+            j -= 1
+        cnt[p] = 0
+        if c > 0:  # no partner left: dissolve the rest
+            for i in range(n):
+                residual[rows[p, i] - 1] += c
+        p += 1
+    return rows[:n_rows], cnt[:n_rows], residual
