@@ -114,7 +114,7 @@ def warmup(verbose: bool = False) -> float:
     if importlib.util.find_spec("pyarrow") is not None:
         import pyarrow as pa
 
-        from .formats.arrow import pack_table
+        from .formats.arrow import gather_packs, pack_table
 
         t = pa.table({"input_ids": [[1, 2, 3, 4, 5], [6, 7], [8, 9, 10], [11]]})
         pack_table(t, max_sequence_length=4, position_ids=True)
@@ -122,5 +122,7 @@ def warmup(verbose: bool = False) -> float:
         two_chunks = pa.Table.from_batches(t.to_batches(max_chunksize=2))
         pack_table(two_chunks, max_sequence_length=4)
         pack_table(pa.table({"flags": [[True, False], [True]]}), max_sequence_length=4)
+        # segments in any order (the pipeline's spill files): the row-ordering kernel
+        gather_packs(t, ["input_ids"], np.array([2, 0]), np.array([0, 0]), np.array([3, 2]), np.array([0, 2]))
         _step("arrow", verbose, t0)
     return time.perf_counter() - t0

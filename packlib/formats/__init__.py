@@ -11,6 +11,10 @@ Submodules (each imported on first use; optional dependencies only inside them):
   ``seq_idx``; Hugging Face, Megatron ``thd`` and torchtune batches).
 - :mod:`~packlib.formats.arrow`: pack Arrow tables and Hugging Face datasets whole, with
   TRL's ``seq_lengths`` column (needs ``pyarrow``; ``datasets`` for datasets).
+
+>>> import packlib
+>>> packlib.formats.varlen.cu_seqlens([3, 5, 2]).tolist()
+[0, 3, 8, 10]
 """
 from __future__ import annotations
 

@@ -205,6 +205,8 @@ def row_lengths(table, columns) -> np.ndarray:
     columns : sequence of str
         List columns (as returned by :func:`select_list_columns`).
 
+    Notes
+    -----
     Null list rows count as empty (0). Raises ``ValueError`` naming the column and the
     first row where a column's length differs from the first column's.
     """
@@ -340,8 +342,7 @@ def _arrow_empty(n: int, dtype):
 
     The packed values live in pyarrow's pool like any Arrow data (counted by
     ``pyarrow.total_allocated_bytes``), and the pool can hand recently freed memory straight
-    back (a 200 MB buffer reallocated at once was touched in 1-5 ms, a fresh numpy array
-    in 50-450 ms, on this shared machine)."""
+    back at once, where a fresh numpy array must be faulted in page by page."""
     pa = _pyarrow()
     buf = pa.allocate_buffer(n * np.dtype(dtype).itemsize)
     return buf, np.frombuffer(buf, dtype=dtype, count=n)
@@ -605,8 +606,9 @@ def pack_table(table, max_sequence_length=None, *, seq_length=None, columns=None
     table : pyarrow.Table or RecordBatch
         List columns with identical offsets (``input_ids``, ``labels``, ...); chunked
         columns, ``list`` and ``large_list``, any value type.
-    max_sequence_length : int
-        Capacity of a packed row in tokens. ``seq_length=`` (TRL's name) is an alias.
+    max_sequence_length, seq_length : int
+        Capacity of a packed row in tokens; ``seq_length=`` (TRL's name) is a keyword
+        alias. Give one of them.
     columns : sequence of str or None, default None
         The list columns to pack (moved together, row for row). ``None``: all columns,
         which must then all be list columns. Other columns are left out of the result.
@@ -654,6 +656,11 @@ def packing_report(table) -> dict:
     ``dropped_empty_rows``, ``truncated_tokens``, ``split_rows`` (rows cut into several
     fragments), ``max_sequence_length``, ``max_sequences_per_pack``, ``method``,
     ``overflow``, ``seed``, ``columns``, ``left_out_columns``, ``position_ids``.
+
+    Parameters
+    ----------
+    table : pyarrow.Table, pyarrow.Schema or datasets.Dataset
+        The packed output.
     """
     pa = _pyarrow()
     schema = table
@@ -685,6 +692,12 @@ def pack_dataset(dataset, max_sequence_length=None, *, seq_length=None, columns=
     (``with_format("torch")``, ...) is kept, with ``seq_lengths`` (and ``position_ids``)
     added to its columns as TRL does. The report is in the packed table's schema
     metadata: ``packing_report(packed)``.
+
+    Parameters
+    ----------
+    dataset : datasets.Dataset or datasets.DatasetDict
+    max_sequence_length, seq_length, columns, method, max_sequences_per_pack, overflow, position_ids, seed
+        As for :func:`pack_table`.
     """
     ds_mod = _datasets()
     if isinstance(dataset, ds_mod.DatasetDict):
