@@ -320,3 +320,27 @@ def test_ray_engine_mlperf_bert_same_bytes(tmp_path, ray_runtime):
 
 def _parts_any(out):
     return {n: (out / n).read_bytes() for n in sorted(os.listdir(out))}
+
+
+def test_segment_hashes_agree_and_see_every_change():
+    from packlib.pipeline._hash import hash_into, hash_packed_into
+
+    rng = np.random.default_rng(0)
+    values = rng.integers(-5, 5, 1000).astype(np.int32)
+    seg = np.array([0, 7, 8, 30, 31, 500, 1000])
+    a = np.zeros(6, dtype=np.uint64)
+    hash_into(a, seg[:-1], seg[1:], values)
+    b = np.zeros(6, dtype=np.uint64)
+    # the same segments as two packed rows: [0, 30) holding 3 segments and [30, 1000) holding 3
+    assert hash_packed_into(b, np.array([0, 30, 1000]), np.array([0, 3, 6]), np.diff(seg), values) == -1
+    assert np.array_equal(a, b) and len(set(a.tolist())) == 6
+    assert hash_packed_into(b, np.array([0, 30, 1000]), np.array([0, 3, 6]), np.array([7, 1, 21, 1, 469, 500]), values) == 0
+    for i in (0, 3, 499, 998):  # any single changed value changes its segment's hash
+        v = values.copy()
+        v[i] += 1
+        c = np.zeros(6, dtype=np.uint64)
+        hash_into(c, seg[:-1], seg[1:], v)
+        assert (c != a).sum() == 1
+    c = np.zeros(6, dtype=np.uint64)
+    hash_into(c, seg[:-1], seg[1:], values.astype(np.int64))  # the value type does not matter
+    assert np.array_equal(a, c)

@@ -212,7 +212,8 @@ def spill_task(job: Job, i: int, num_rows: int, seg_row, seg_start, seg_len, seg
                     writer = pa.ipc.new_file(tmp, g.schema)
                 cuts = np.flatnonzero(np.diff(fs)) + 1
                 bounds = np.concatenate(([0], cuts, [fs.size]))
-                (b,) = g.combine_chunks().to_batches()
+                batches = g.to_batches()
+                (b,) = batches if len(batches) == 1 else g.combine_chunks().to_batches()
                 for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
                     writer.write_batch(b.slice(lo, hi - lo))  # one batch per output file
                     file_of_batch.append(int(fs[lo]))
@@ -265,7 +266,8 @@ def assemble_task(job: Job, f: int, sources, pack_offsets, first_pos: int):
     ln = pc.list_value_length(table.column(cols[0])).to_numpy()[order]
     out = A.gather_packs(table, cols, order, np.zeros(n, dtype=np.int64), ln, pack_offsets)
     del table, batches
-    out = out.combine_chunks()
+    if any(col.num_chunks > 1 for col in out.columns):
+        out = out.combine_chunks()
     path = job.part_path(f)
     tmp = f"{path}.tmp{os.getpid()}"
     try:
@@ -282,35 +284,22 @@ def assemble_task(job: Job, f: int, sources, pack_offsets, first_pos: int):
 # --------------------------------------------------------------------------------------
 def segment_hashes(table, columns, max_sequence_length=None, max_sequences_per_pack=None, where=""):
     """Content hashes of the segments of a packed table (``seq_lengths`` splits each row),
-    checking that ``seq_lengths`` add up to every column's row length."""
-    from ._hash import hash_into, list_values
+    checking that ``seq_lengths`` add up to every column's row length and that no row holds
+    more than ``max_sequence_length`` tokens or ``max_sequences_per_pack`` segments."""
+    from ._hash import hash_packed_into, list_values, single_chunk
 
-    sl = table.column("seq_lengths").combine_chunks()
-    sl_offs, seglen = list_values(sl)
-    seglen = seglen.astype(np.int64)
-    sl_offs = sl_offs.astype(np.int64)
-    nseg = seglen.size
+    sl_offs, seglen = list_values(single_chunk(table.column("seq_lengths")))
     per_row = np.diff(sl_offs)
-    row_of_seg = np.repeat(np.arange(per_row.size), per_row)
-    csum = np.cumsum(seglen) - seglen
-    within = csum - csum[np.minimum(sl_offs[:-1], max(nseg - 1, 0))][row_of_seg] if nseg else csum
-    tot = np.concatenate(([0], np.cumsum(seglen)))
-    tokens = tot[sl_offs[1:]] - tot[sl_offs[:-1]]
-    if (seglen < 1).any():
-        raise ValueError(f"{where}a segment is empty")
-    if max_sequence_length is not None and tokens.size and tokens.max() > max_sequence_length:
-        raise ValueError(f"{where}a packed row holds {tokens.max()} tokens > {max_sequence_length}")
+    hashes = np.zeros(seglen.size, dtype=np.uint64)
     if max_sequences_per_pack is not None and per_row.size and per_row.max() > max_sequences_per_pack:
         raise ValueError(f"{where}a packed row holds {per_row.max()} sequences > {max_sequences_per_pack}")
-    hashes = np.zeros(nseg, dtype=np.uint64)
     for c in columns:
-        col = table.column(c).combine_chunks()
-        offs, values = list_values(col)
-        offs = offs.astype(np.int64)
-        if not np.array_equal(np.diff(offs), tokens):
-            raise ValueError(f"{where}column {c!r}: row lengths differ from the sums of seq_lengths")
-        a = offs[:-1][row_of_seg] + within
-        hash_into(hashes, a, a + seglen, values)
+        offs, values = list_values(single_chunk(table.column(c)))
+        if max_sequence_length is not None and offs.size > 1 and np.diff(offs).max() > max_sequence_length:
+            raise ValueError(f"{where}a packed row holds {np.diff(offs).max()} tokens > {max_sequence_length}")
+        bad = hash_packed_into(hashes, offs, sl_offs, seglen, values)
+        if bad >= 0:
+            raise ValueError(f"{where}row {bad}: column {c!r} does not split into its seq_lengths")
     return hashes
 
 

@@ -3,25 +3,30 @@ start with pyarrow imported and the common kernel specialisations loaded, and sh
 pages with each other instead of each loading its own copy."""
 from __future__ import annotations
 
+from importlib import import_module
+
 import numpy as np
 
-from . import _tasks  # noqa: F401
-from ._hash import hash_into
+from ._hash import hash_into, hash_packed_into
 
+import_module("packlib.pipeline._tasks")
 for _dt in (np.int32, np.int64):
     hash_into(np.zeros(1, dtype=np.uint64), np.zeros(1, np.int64), np.ones(1, np.int64), np.ones(2, dtype=_dt))
+    hash_packed_into(np.zeros(1, dtype=np.uint64), np.array([0, 2], np.int32), np.array([0, 1], np.int32),
+                     np.array([2], np.int32), np.ones(2, dtype=_dt))
+del _dt
 
 try:
-    import pyarrow as pa
-    import pyarrow.compute  # noqa: F401
-    import pyarrow.parquet  # noqa: F401
+    for _name in ("pyarrow", "pyarrow.compute", "pyarrow.parquet", "pyarrow.ipc"):
+        import_module(_name)
 except ImportError:  # the mlperf-bert pipeline needs numpy only
-    pa = None
-if pa is not None:
+    pass
+else:
+    import pyarrow as _pa
+
     from ..formats import arrow as _arrow
 
-    for _typ in (pa.list_(pa.int32()), pa.large_list(pa.int32()), pa.list_(pa.int64()), pa.large_list(pa.int64())):
-        _t = pa.table({"a": pa.array([[1, 2, 3]], _typ)})
-        _arrow.gather_packs(_t, ["a"], [0], [0], [2], [0, 1])
-    del _t, _typ, _arrow
-del _dt
+    for _typ in (_pa.list_(_pa.int32()), _pa.large_list(_pa.int32()), _pa.list_(_pa.int64()),
+                 _pa.large_list(_pa.int64())):
+        _arrow.gather_packs(_pa.table({"a": _pa.array([[1, 2, 3]], _typ)}), ["a"], [0], [0], [2], [0, 1])
+    del _pa, _arrow, _typ

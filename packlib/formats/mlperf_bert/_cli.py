@@ -44,7 +44,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the ``mlperf-bert`` command; returns the exit code (0 on success, 1 if the
     output fails verification). Bad input raises ``ValueError`` with a one-line message."""
-    from ...pipeline import VerifyError
+    import sys
+
+    from ...pipeline import PipelineError, VerifyError
     from ...pipeline.mlperf import pack_mlperf_bert
 
     inputs = sorted({p for g in args.input_glob for p in glob.glob(g)})
@@ -57,9 +59,9 @@ def run(args: argparse.Namespace) -> int:
                          compression=None if args.compression == "none" else "gzip", engine=engine,
                          workers=args.workers, ray_address=getattr(args, "ray_address", None),
                          progress=args.progress, verify=args.verify, log=lambda msg: print(msg, flush=True))
-    except VerifyError as exc:
-        import sys
-
+    except PipelineError as exc:  # a worker died, or the output failed verification: nothing was written
+        if getattr(args, "debug", False):
+            raise
         print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return 1 if isinstance(exc, VerifyError) else 2
     return 0
