@@ -600,7 +600,10 @@ _BUCKET_POSITIONAL = ("batch_size", "max_tokens", "shuffle", "seed")
 
 def _deprecated_positional(func: str, args: tuple, names: tuple, given: dict) -> dict:
     """Map the positional arguments of an older signature to keywords, with a
-    ``DeprecationWarning`` (the house convention makes them keyword-only)."""
+    ``DeprecationWarning`` (the house convention makes them keyword-only).
+
+    # TODO(lead): move to _validate (or a _compat module): generic for any signature change
+    """
     if len(args) > len(names):
         raise TypeError(f"{func}() takes at most {len(names)} deprecated positional arguments after the first two, got {len(args)}")
     out = {}

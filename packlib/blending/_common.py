@@ -98,7 +98,10 @@ def progress_wanted(progress, work: float) -> bool | None:
 def alloc(n: int, dtype, what: str, hint: str = "use a smaller size, or method='shuffled' with materialize=False "
           "and slice() what you need") -> np.ndarray:
     """``np.empty(n, dtype)``, with a ``ValueError`` saying what did not fit instead of
-    numpy's ``MemoryError`` (e.g. ``blend(w, 2**62)``)."""
+    numpy's ``MemoryError`` (e.g. ``blend(w, 2**62)``).
+
+    # TODO(lead): move to _validate (an allocation helper every O(total) output could use)
+    """
     try:
         return np.empty(n, dtype=dtype)
     except (MemoryError, ValueError):

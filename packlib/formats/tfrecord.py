@@ -304,7 +304,10 @@ def frame_records(data, offsets, *, crc: str = "auto") -> np.ndarray:
 def _as_bytes(record, name: str) -> np.ndarray:
     """A bytes-like record as a uint8 array (no copy); anything that is not raw bytes
     (ints, str, float or other non-byte arrays) is a ``TypeError``: ``bytes(3)`` would be
-    three zero bytes and ``bytes(float_array)`` its memory, both silently wrong."""
+    three zero bytes and ``bytes(float_array)`` its memory, both silently wrong.
+
+    # TODO(lead): move to _validate (as_bytes: the byte-buffer sibling of as_int_array)
+    """
     if isinstance(record, (bytes, bytearray)):
         return np.frombuffer(record, dtype=np.uint8)
     if isinstance(record, np.ndarray):

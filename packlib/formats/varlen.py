@@ -79,7 +79,10 @@ def _row(lengths, max_sequence_length, row_length=None, func: str = "") -> tuple
 
 def _fits_memory(fn):
     """Turn numpy's ``MemoryError`` (a row or a batch too large to allocate, e.g.
-    ``max_sequence_length=2**40``) into a ``ValueError`` naming the function."""
+    ``max_sequence_length=2**40``) into a ``ValueError`` naming the function.
+
+    # TODO(lead): move to _validate (the decorator form of blending._common.alloc)
+    """
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
