@@ -931,3 +931,62 @@ def test_schema_decode_damaged_records_agree_with_python_decoder(edits):
         return True
 
     assert_clear_error_or(lambda: _SCHEMA.decode([rec], path="d.tfrecord"), check)
+
+
+def test_kernels_stay_in_bounds(tmp_path):
+    """Run the bucketing, blending and format kernels with NUMBA_BOUNDSCHECK=1 on the
+    adversarial inputs above (wide key spans, damaged TFRecord streams and Examples): any
+    out-of-bounds access is an IndexError, which fails this test."""
+    code = """
+import numpy as np, packlib, random, struct
+from packlib.formats import tfrecord as tfr, example as fex
+from packlib._kernels.bucket import sort_desc
+rng = np.random.default_rng(0)
+keys = np.array([-(2**63), 2**63 - 1, 0, 5, -(2**63)], dtype=np.int64)
+for scratch in (0, 2, 10, 100):
+    sort_desc(keys, -(2**63), 2**63 - 1, np.empty(scratch, np.int64))
+for trial in range(30):
+    lens = rng.integers(1, 2**int(rng.integers(1, 54)), int(rng.integers(0, 200)))
+    ra = int(rng.integers(1, 50))
+    if lens.size:
+        packlib.bucket(lens, ra, batch_size=int(rng.integers(1, 9)), seed=trial)
+        packlib.bucket(lens, ra, max_tokens=int(lens.max()) * 3, seed=trial)
+words = [str(i) * 3 for i in range(2000)]
+list(packlib.BucketedReadaheadBatchIterator(words, 300, key=hash, batch_size=5))
+good = tfr.frame_records(np.frombuffer(b"abcdefghij" * 5, np.uint8), np.array([0, 7, 7, 30, 50])).tobytes()
+for cut in range(len(good) + 20):
+    raw = (good + bytes(range(20)))[:cut]
+    for verify in (False, True):
+        try:
+            tfr.parse_tfrecord_bytes(raw, verify=verify, crc="numba")
+        except ValueError:
+            pass
+head = struct.pack("<Q", 2**64 - 3)
+head += struct.pack("<I", tfr.masked_crc32c(head))
+for extra in range(6):
+    try:
+        tfr.parse_tfrecord_bytes(good + head + bytes(extra), crc="numba")
+    except ValueError:
+        pass
+schema = fex.Schema.of({"ids": ("int64", 3), "w": ("float", 2)})
+rec = fex.encode_example({"ids": [1, 2, 3], "w": np.array([0.5, 1.5], np.float32)})
+data, offsets = schema.encode(np.array([[1, 2, 3]]), np.array([[0.5, 1.5]], np.float32))
+for i in range(len(rec)):
+    for b in (0, 1, 0x7F, 0x80, 0xFF):
+        bad = bytearray(rec); bad[i] = b
+        for r in (bytes(bad), bytes(bad[:i]), bytes(bad[:i]) + bytes(bad[i + 1:])):
+            try:
+                schema.decode([r])
+            except ValueError:
+                pass
+w = rng.lognormal(size=7)
+for m in ("megatron", "smooth", "shuffled"):
+    for n in (0, 1, 2, 97, 5000):
+        packlib.blend(w, n, m, seed=3).validate()
+lazy = packlib.blend(w, 2**40, "shuffled", seed=1, materialize=False)
+lazy.slice(2**40 - 100, 2**40)
+packlib.blend_exhaustive([3, 0, 5, 1]).validate()
+print("ok")
+"""
+    proc = run_isolated(code, timeout=900, env={"NUMBA_BOUNDSCHECK": "1", "NUMBA_CACHE_DIR": str(tmp_path)})
+    assert "ok" in proc.stdout
