@@ -990,3 +990,23 @@ print("ok")
 """
     proc = run_isolated(code, timeout=900, env={"NUMBA_BOUNDSCHECK": "1", "NUMBA_CACHE_DIR": str(tmp_path)})
     assert "ok" in proc.stdout
+
+
+@pytest.mark.parametrize("starts, stops", [([0, 5], [5, 11]), ([-1], [2]), ([3], [2]), ([0], [2, 3]), ([0.5], [2]),
+                                           ([2**63 - 1], [2**63 - 1]), ([True], [2])], ids=repr)
+def test_records_must_lie_inside_their_buffer(starts, stops):
+    """Schema.decode hands starts/stops to a compiled decoder: a Records that points
+    outside its buffer is refused when built."""
+    with pytest.raises((ValueError, TypeError)) as info:
+        recs = tfr.Records(np.zeros(10, np.uint8), starts, stops)
+        fex.Schema.of({"a": ("int64", 1)}).decode(recs)
+    assert str(info.value)
+
+
+@pytest.mark.parametrize("names, kinds, widths", [(("a",), ("int64",), (-1,)), (("a",), ("int32",), (1,)),
+                                                  (("b", "a"), ("int64", "int64"), (1, 1)), (("a",), ("int64",), (1.5,)),
+                                                  (("a", "b"), ("int64",), (1,)), ((3,), ("int64",), (1,))], ids=repr)
+def test_schema_constructor_checks(names, kinds, widths):
+    with pytest.raises((ValueError, TypeError)) as info:
+        fex.Schema(names, kinds, widths)
+    assert str(info.value)

@@ -337,6 +337,22 @@ class Schema:
     kinds: tuple
     widths: tuple
 
+    def __post_init__(self):
+        # the compiled encoder/decoder trust these: check them however the schema was built
+        names, kinds, widths = tuple(self.names), tuple(self.kinds), tuple(self.widths)
+        if not len(names) == len(kinds) == len(widths):
+            raise ValueError(f"names, kinds and widths need one entry per feature, got {len(names)}, {len(kinds)}, {len(widths)}")
+        for n in names:
+            if not isinstance(n, str):
+                raise TypeError(f"feature names must be str, got {type(n).__name__} {n!r}")
+        if list(names) != sorted(set(names)):
+            raise ValueError("feature names must be unique and sorted (use Schema.of)")
+        kinds = tuple(as_choice(k, f"feature {n!r}: kind", ("int64", "float")) for n, k in zip(names, kinds))
+        widths = tuple(as_nonnegative_int(w, f"feature {n!r}: length", maximum=2**31 - 1) for n, w in zip(names, widths))
+        object.__setattr__(self, "names", names)
+        object.__setattr__(self, "kinds", kinds)
+        object.__setattr__(self, "widths", widths)
+
     @classmethod
     def of(cls, spec: Mapping[str, tuple]) -> "Schema":
         """Build a schema (keys get sorted).

@@ -148,6 +148,21 @@ class Records:
     stops: np.ndarray
     path: str = ""
 
+    def __post_init__(self):
+        # the compiled decoders read data[starts[i]:stops[i]]: every record must lie inside
+        object.__setattr__(self, "data", _as_bytes(self.data, "data").reshape(-1))
+        starts = as_int_array(self.starts, "starts")
+        stops = as_int_array(self.stops, "stops")
+        if starts.shape != stops.shape:
+            raise ValueError(f"starts and stops need one entry per record, got {starts.size} and {stops.size}")
+        if starts.size and (starts.min() < 0 or (stops < starts).any() or stops.max() > self.data.size):
+            raise ValueError(f"records must lie inside data (0 <= starts <= stops <= {self.data.size})")
+        object.__setattr__(self, "starts", starts)
+        object.__setattr__(self, "stops", stops)
+        if not isinstance(self.path, (str, os.PathLike)):
+            raise TypeError(f"path must be a str, got {type(self.path).__name__}")
+        object.__setattr__(self, "path", os.fspath(self.path))
+
     def __len__(self) -> int:
         return self.starts.size
 
