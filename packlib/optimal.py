@@ -743,8 +743,9 @@ class _Solver:
 
     def round_and_repair(self, target: int, best: int):
         """Plans from the LP solution: round down (keeping ``k`` fewer copies of each
-        pattern, for a few ``k``), pack the residual with NNLSHP and LPFHP. Returns the
-        best ``(packs, strategies, counts, k)`` found below ``best``, or None."""
+        pattern, for a few ``k``), pack the residual with LPFHP and the exact fill, and with
+        NNLSHP unless those are within one pack of ``target``. Returns the best
+        ``(packs, strategies, counts, k)`` found below ``best``, or None."""
         from ._kernels.optimal import round_columns
         from .methods import get
 
@@ -758,8 +759,11 @@ class _Solver:
             if not self.time_left() or best <= target:
                 break
             rows, counts, residual = round_columns(self.master.rows, np.maximum(base - k, 0.0), self.h)
-            plans = [lpfhp_pack(residual, max_sequence_length=self.L, max_sequences_per_pack=self.depth)]
-            if self.time_left():
+            plans = [lpfhp_pack(residual, max_sequence_length=self.L, max_sequences_per_pack=self.depth),
+                     _Plan(*_fill_plan(residual, self.L, self.depth)[:2])]
+            # NNLSHP (the slow one) only while the fast ones leave more than one pack of gap
+            cheap = int(counts.sum()) + min(p.num_packs for p in plans)
+            if self.time_left() and cheap > target + 1:
                 plans.append(nnls_pack(residual, max_sequence_length=self.L, max_sequences_per_pack=self.depth))
             rest = min(plans, key=lambda p: p.num_packs)
             total = int(counts.sum()) + rest.num_packs
