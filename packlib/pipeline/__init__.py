@@ -42,6 +42,7 @@ __all__ = ["pack_files", "PackResult", "PipelineError", "InputError", "WorkerDie
 ENGINES = ("local", "ray")
 OVERFLOWS = ("truncate", "split", "error")
 _FILE_TARGET_BYTES = 32 << 20  # default output file: about 32 MiB of tokens
+_CACHE_INPUTS = True  # pass 1 copies Parquet shards into Arrow IPC files for pass 2
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -271,7 +272,7 @@ def pack_files(inputs, output, max_sequence_length=None, max_sequences_per_pack=
     try:
         eng = _make_engine(engine, workers, ray_address)
         n_workers = eng.workers
-        job = Job(tuple(shards), tuple(cols), types, L, overflow, work, 0)
+        job = Job(tuple(shards), tuple(cols), types, L, overflow, work, 0, cache_inputs=_CACHE_INPUTS)
         S = len(shards)
 
         # ---- pass 1: lengths -------------------------------------------------------

@@ -36,6 +36,10 @@ class Job:
     workdir: str  # the temporary output directory
     num_files: int
     row_group_rows: int = 1024  # packs per Parquet row group of the output
+    cache_inputs: bool = True  # pass 1 copies Parquet / TFRecord shards to Arrow IPC for pass 2
+
+    def cached(self, shard: Shard) -> bool:
+        return self.cache_inputs and shard.kind in ("parquet", "tfrecord") or shard.kind == "tfrecord"
 
     def spill_path(self, shard: int) -> str:
         return os.path.join(self.workdir, "_spill", f"shard-{shard:05d}.arrow")
@@ -126,7 +130,7 @@ def lengths_task(job: Job, i: int):
     shard = job.shards[i]
     check_schema(job, shard, read_schema(shard))
     cols = list(job.columns)
-    cache = shard.kind in ("parquet", "tfrecord")
+    cache = job.cached(shard)
     path = job.cache_path(i)
     tmp = f"{path}.tmp{os.getpid()}"
     writer, parts, r0 = None, [np.zeros(0, dtype=np.int64)], 0
@@ -188,7 +192,7 @@ def spill_task(job: Job, i: int, num_rows: int, seg_row, seg_start, seg_len, seg
 
     r0 = k = 0
     try:
-        source = Shard(job.cache_path(i), "arrow-file") if shard.kind in ("parquet", "tfrecord") else shard
+        source = Shard(job.cache_path(i), "arrow-file") if job.cached(shard) else shard
         for batch in iter_batches(source, cols):
             r1 = r0 + batch.num_rows
             k2 = int(np.searchsorted(seg_row, r1, side="left"))
