@@ -51,7 +51,9 @@ __all__ = ["Certificate", "LowerBound", "lower_bound", "optimal_pack"]
 
 _USE_HIGHS_BINDINGS = True  # False: a cold linprog solve per round (tests exercise this path)
 _IMPROVE = 1e-9  # a pattern enters when its value exceeds 1 + _IMPROVE
-_LONG_CONTEXT = 1024  # above this L: no column generation, no NNLSHP (see _long_context)
+_LONG_CONTEXT = 1024  # above this L: no column generation unless affordable (see _long_context)
+_LP_LENGTHS = 1024  # ... affordable: at most this many distinct lengths,
+_LP_WORK = 3e8  # ... and about this many pricing-DP steps per LP round
 _MAX_ROUNDS = 10_000  # LP rounds per phase of column generation (status 2 when reached)
 
 
@@ -475,6 +477,20 @@ def _verified(cert: Certificate | None) -> Certificate | None:
     return cert if ok else None
 
 
+def _long_context(h: np.ndarray, L: int, depth: int | None) -> bool:
+    """Whether the input takes the long-context route (no LP): ``L > 1024``, unless the
+    histogram has few distinct lengths and the pricing DP (``lengths * (depth + 1) * L *
+    copies`` steps per round) stays small, where the LP is cheap and the L2 bound weak."""
+    if L <= _LONG_CONTEXT:
+        return False
+    lens = np.flatnonzero(h) + 1
+    if lens.size > _LP_LENGTHS:
+        return True
+    copies = np.minimum(L // lens, 255 if depth is None else depth)
+    layers = 1 if depth is None else depth + 1
+    return float(copies.sum()) * layers * (L + 1) > _LP_WORK
+
+
 def _fill_plan(h: np.ndarray, L: int, depth: int | None):
     """The best of the exact-fill packings (see :func:`packlib._kernels.optimal.exact_fill`)
     as ``(strategies, counts, how)``. With a depth limit the candidates are the
@@ -642,6 +658,7 @@ class _Solver:
         self.master = None
         self.x = None
         self.stopped = False  # a step was skipped because the time limit was reached
+        self.long = _long_context(h, L, depth)
 
     def time_left(self) -> bool:
         if self.deadline is None or time.perf_counter() < self.deadline:
@@ -694,6 +711,7 @@ class _Solver:
             run(first_rounds)
             if not converged and "nnls" not in self.heuristics and self.time_left():
                 self.run_heuristics(("nnls",))
+            if not converged and "nnls" in self.heuristics:  # (already in the pool if it ran before)
                 if pool.add(_initial_patterns(h, L, depth, self.caps, self.width, [self.heuristics["nnls"]])):
                     master.add(pool.rows[pool.rows.shape[0] - pool.last_added :])
             if not converged and self.time_left():
@@ -714,7 +732,7 @@ class _Solver:
         lp_bound = 0 if cert is None else cert.bound
         if converged or not lp:
             status, message = 0, ("LP solved" if converged and lp else "LP not needed") + "; the bound is proven"
-            if not lp and L > _LONG_CONTEXT:
+            if not lp and self.long:
                 message = ("long context: the bound comes from the L2 dual-feasible prices and the simple bounds "
                            "(the LP is not solved); it is proven")
             if proven:
@@ -735,7 +753,7 @@ class _Solver:
             max_sequences_per_pack=depth,
             info={"rounds": rounds, "columns": columns, "seconds": time.perf_counter() - t0,
                   "lp": ("ceiling proven" if proven else "solved") if converged and lp
-                  else (("not solved (long context)" if L > _LONG_CONTEXT else "skipped") if not lp else "stopped early")},
+                  else (("not solved (long context)" if self.long else "skipped") if not lp else "stopped early")},
             certificate=cert,
             status=status,
             message=message,
@@ -747,6 +765,7 @@ class _Solver:
         NNLSHP unless those are within one pack of ``target``. Returns the best
         ``(packs, strategies, counts, k)`` found below ``best``, or None."""
         from ._kernels.optimal import round_columns
+        from ._nnls_limits import nnls_fits
         from .methods import get
 
         lpfhp_pack, nnls_pack = get("lpfhp").function, get("nnls").function
@@ -763,7 +782,7 @@ class _Solver:
                      _Plan(*_fill_plan(residual, self.L, self.depth)[:2])]
             # NNLSHP (the slow one) only while the fast ones leave more than one pack of gap
             cheap = int(counts.sum()) + min(p.num_packs for p in plans)
-            if self.time_left() and cheap > target + 1:
+            if self.time_left() and cheap > target + 1 and nnls_fits(self.L):
                 plans.append(nnls_pack(residual, max_sequence_length=self.L, max_sequences_per_pack=self.depth))
             rest = min(plans, key=lambda p: p.num_packs)
             total = int(counts.sum()) + rest.num_packs
@@ -821,7 +840,7 @@ def lower_bound(histogram, max_sequence_length: int | None = None, max_sequences
     """
     h, L, depth = _histogram_args(histogram, max_sequence_length, max_sequences_per_pack)
     solver = _Solver(h, L, depth, None)
-    if L > _LONG_CONTEXT:
+    if solver.long:
         return solver.bound(lp=False)
     if h.any():
         solver.run_heuristics(("lpfhp", "spfhp"))
@@ -884,9 +903,10 @@ def optimal_pack(
     h, L, depth = _histogram_args(histogram, max_sequence_length, max_sequences_per_pack)
     limit = _as_time_limit(time_limit)
     solver = _Solver(h, L, depth, None if limit is None else t0 + limit)
-    long = L > _LONG_CONTEXT
-    # SPFHP and LPFHP cost O(L**2 * depth): skipped at long context
-    solver.run_heuristics(("fill",) if L > 2 * _LONG_CONTEXT else ("lpfhp", "spfhp", "fill"))
+    long = solver.long
+    # SPFHP and LPFHP cost up to O(L**2 * depth): skipped at long context
+    few = np.count_nonzero(h) <= _LP_LENGTHS
+    solver.run_heuristics(("fill",) if L > 2 * _LONG_CONTEXT and not few else ("lpfhp", "spfhp", "fill"))
     trivial, large, card = _simple_bounds(h, L, depth)
     greedy_best = min(p.num_packs for p in solver.heuristics.values())
     # a greedy plan that meets a simple bound is optimal: no LP needed. Otherwise NNLSHP

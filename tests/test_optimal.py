@@ -454,7 +454,7 @@ def test_long_context_path_brackets_the_optimum(h, depth):
 
     import packlib.optimal
 
-    with mock.patch.object(packlib.optimal, "_LONG_CONTEXT", 0):
+    with mock.patch.object(packlib.optimal, "_LONG_CONTEXT", 0), mock.patch.object(packlib.optimal, "_LP_LENGTHS", 0):
         plan = packlib.optimal_pack(h, max_sequences_per_pack=depth)
         lb = packlib.lower_bound(h, max_sequences_per_pack=depth)
     check_plan(plan, h, depth)
@@ -535,3 +535,18 @@ def test_depth_repair_keeps_every_sequence_and_the_limit(h, D):
             assert (r[pack.size :] == 0).all()
             np.add.at(covered, pack - 1, c)
     assert np.array_equal(covered, h)
+
+
+@pytest.mark.parametrize("depth", [None, 3])
+def test_long_context_few_lengths_solves_the_lp(depth):
+    """Few distinct lengths at L = 8192: the L2 bound is weak there, and the LP is cheap."""
+    L = 8192
+    h = np.zeros(L, np.int64)
+    h[[2730, 3000, 3999, 5499, 1999, 6999]] = [90_000, 50_000, 30_000, 20_000, 70_000, 10_000]
+    lb = packlib.lower_bound(h, max_sequences_per_pack=depth)
+    assert lb.lp_converged and lb.status == 0
+    assert abs(lb.lp_value - exact_lp(h, depth)) <= 1e-6 * lb.lp_value
+    plan = packlib.optimal_pack(h, max_sequences_per_pack=depth)
+    check_plan(plan, h, depth)
+    assert plan.gap <= 1e-4 * plan.lower_bound and plan.lower_bound == lb.bound
+    assert naive_certificate.check_fast(plan.bound.certificate, h) == plan.lower_bound
