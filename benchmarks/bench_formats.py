@@ -2,6 +2,7 @@
 
     python benchmarks/bench_formats.py            # 200,000 sequences (~100,000 packs)
     python benchmarks/bench_formats.py --quick    # 20,000 sequences
+    NUMBA_CACHE_DIR=/tmp/nc python benchmarks/bench_formats.py --against /tmp/old   # kernels vs an old checkout
 
 Targets (issue 6): packing and writing MLPerf records >= 50,000 packs/s on one core end to
 end from in-memory records; reading with CRC checks >= 500 MB/s with the fast CRC path.
@@ -94,11 +95,72 @@ def baseline_read(path):
     return n
 
 
+def compare_kernels(old_root: str, n: int = 4000, repeat: int = 60) -> None:
+    """The format kernels of another checkout (``old_root``, e.g. from ``git archive``)
+    against this one's, in one process, interleaved, best of ``repeat``: the way to see
+    what a kernel change costs on a shared, noisy machine."""
+    import importlib.util
+    import types
+
+    import numpy as np
+
+    from packlib._kernels import formats as new
+    from packlib._kernels.crc32c import TABLES
+    from packlib.formats.example import Schema
+
+    pkg = types.ModuleType("old_kernels")
+    pkg.__path__ = [f"{old_root}/packlib/_kernels"]
+    sys.modules["old_kernels"] = pkg
+    for name in ("crc32c", "formats"):
+        origin = f"{old_root}/packlib/_kernels/{name}.py"
+        mod = types.ModuleType(f"old_kernels.{name}")
+        mod.__file__, mod.__package__ = origin, "old_kernels"
+        sys.modules[mod.__name__] = mod
+        src = open(origin).read().replace("from .._jit import jit", "from packlib._jit import jit")
+        exec(compile(src, origin, "exec"), mod.__dict__)
+    old = sys.modules["old_kernels.formats"]
+    schema = Schema.of({"input_ids": ("int64", 512), "input_mask": ("int64", 512), "segment_ids": ("int64", 512),
+                        "positions": ("int64", 512), "masked_lm_positions": ("int64", 79),
+                        "masked_lm_ids": ("int64", 79), "masked_lm_weights": ("float", 79),
+                        "next_sentence_positions": ("int64", 3), "next_sentence_labels": ("int64", 3),
+                        "next_sentence_weights": ("float", 3)})
+    rng = np.random.default_rng(0)
+    data, offsets = schema.encode(rng.integers(0, 30000, size=(n, schema.int_width)),
+                                  rng.random((n, schema.float_width)).astype(np.float32))
+    framed = tfr.frame_records(data, offsets)
+    keys, ko, kinds, widths, cols, ni, nf = schema._arrays()
+    st, sp = offsets[:-1].copy(), offsets[1:].copy()
+    calls = {
+        "decode_examples": lambda m: m.decode_examples(data, st, sp, keys, ko, kinds, widths, cols, ni, nf),
+        "scan_frames": lambda m: m.scan_frames(framed, TABLES),
+    }
+    print(f"# kernels of {old_root} (old) vs this checkout (new): {n:,} MLPerf-shaped records, "
+          f"{data.nbytes / 1e6:.0f} MB; best of {repeat}, interleaved")
+    for name, call in calls.items():
+        a, b = call(old), call(new)
+        same = all(np.array_equal(x, y) for x, y in zip(a, b))
+        to, tn = [], []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            call(old)
+            to.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            call(new)
+            tn.append(time.perf_counter() - t0)
+        print(f"{name:16s} old {fmt(min(to))}  new {fmt(min(tn))}  new/old {min(tn) / min(to):.3f}  same results: {same}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--sequences", type=int, default=None)
+    ap.add_argument("--against", metavar="DIR", default=None,
+                    help="only compare the format kernels with those of another checkout in DIR "
+                         "(run with NUMBA_CACHE_DIR set to a scratch directory)")
     args = ap.parse_args()
+    if args.against:
+        compare_kernels(args.against)
+        return
     n = args.sequences or (20_000 if args.quick else 200_000)
     crc_name = tfr.crc_backend("auto")[0]
     print(f"# bench_formats: {n:,} synthetic MLPerf BERT sequences (Wikipedia length distribution); CRC fast path: {crc_name}")
