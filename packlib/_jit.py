@@ -16,6 +16,7 @@ imports numba or passes numba options (``tests/test_lint.py`` checks it).
 from __future__ import annotations
 
 import numba
+import numpy as np
 
 _SERIAL = dict(cache=True, nogil=True, error_model="numpy")
 
@@ -23,3 +24,22 @@ _SERIAL = dict(cache=True, nogil=True, error_model="numpy")
 def jit(fn):
     """Compile ``fn`` as a serial, cached, GIL-free kernel."""
     return numba.njit(**_SERIAL)(fn)
+
+
+# Intrinsics kernels may use, re-exported here so that no other module imports numba.
+try:  # llvm.cttz (one tzcnt instruction), inlined; numba-internal, so a portable fallback
+    from numba.cpython.unsafe.numbers import trailing_zeros
+except ImportError:  # pragma: no cover - numba versions without it
+    _DEBRUIJN = np.uint64(0x03F79D71B4CB0A89)
+    _DEBRUIJN_TABLE = np.array(
+        [0, 1, 48, 2, 57, 49, 28, 3, 61, 58, 50, 42, 38, 29, 17, 4,
+         62, 55, 59, 36, 53, 51, 43, 22, 45, 39, 33, 30, 24, 18, 12, 5,
+         63, 47, 56, 27, 60, 41, 37, 16, 54, 35, 52, 21, 44, 32, 23, 11,
+         46, 26, 40, 15, 34, 20, 31, 10, 25, 14, 19, 9, 13, 8, 7, 6],
+        dtype=np.int64,
+    )
+
+    @jit
+    def trailing_zeros(x):
+        """Index of the lowest set bit of a non-zero uint64 (de Bruijn multiply)."""
+        return _DEBRUIJN_TABLE[np.int64(((x & (np.uint64(0) - x)) * _DEBRUIJN) >> np.uint64(58))]

@@ -15,8 +15,10 @@ here exactly once, before any kernel runs; kernels then trust their arguments.
 """
 from __future__ import annotations
 
+import functools
 import numbers
 import operator
+import warnings
 
 import numpy as np
 
@@ -48,6 +50,11 @@ __all__ = [
     "exact_sum",
     "check_total",
     "readonly",
+    "as_bytes",
+    "as_matrix",
+    "allocate",
+    "memory_errors_as_value_errors",
+    "deprecated_positional",
 ]
 
 
@@ -322,3 +329,103 @@ def readonly(a: np.ndarray) -> np.ndarray:
     if a is not None and a.flags.writeable:
         a.flags.writeable = False
     return a
+
+
+# --------------------------------------------------------------------------- other shapes
+
+
+def as_bytes(record, name: str) -> np.ndarray:
+    """A bytes-like record as a uint8 array (no copy); anything that is not raw bytes
+    (ints, str, float or other non-byte arrays) is a ``TypeError``: ``bytes(3)`` would be
+    three zero bytes and ``bytes(float_array)`` its memory, both silently wrong."""
+    if isinstance(record, (bytes, bytearray)):
+        return np.frombuffer(record, dtype=np.uint8)
+    if isinstance(record, np.ndarray):
+        if record.dtype not in (np.uint8, np.int8) or record.ndim != 1:
+            raise TypeError(
+                f"{name} must be bytes or a 1-D uint8 array, got an array of dtype {record.dtype} and shape "
+                f"{record.shape}; serialise it first (e.g. encode_example, or .astype(np.uint8) if it holds bytes)"
+            )
+        return np.ascontiguousarray(record).view(np.uint8)
+    if isinstance(record, str):
+        raise TypeError(f"{name} must be bytes, got str {record[:40]!r}; encode it first (e.g. s.encode())")
+    try:
+        mv = memoryview(record)  # any other buffer (mmap, memoryview, array.array('B'), ...)
+    except TypeError:
+        raise TypeError(
+            f"{name} must be bytes-like (bytes, bytearray, memoryview or a uint8 array), got "
+            f"{type(record).__name__} {record!r:.60}"
+        ) from None
+    if mv.itemsize != 1 or mv.ndim > 1:
+        raise TypeError(f"{name} must be raw bytes, got a buffer of format {mv.format!r} and shape {mv.shape}; serialise it first")
+    return np.frombuffer(mv if mv.contiguous else mv.tobytes(), dtype=np.uint8)
+
+
+def as_matrix(values, name: str, dtype) -> np.ndarray:
+    """A 2-D C-contiguous matrix of ``dtype`` (int64: integers, or whole floats, never
+    rounded; float32: real numbers). Booleans and non-numbers are a ``TypeError``."""
+    try:
+        arr = np.asarray(values)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{name} must be a 2-D array of numbers: {exc}") from None
+    if arr.ndim != 2:
+        raise ValueError(f"{name} must be a 2-D array (rows x columns), got shape {arr.shape}")
+    if arr.dtype.kind == "b" or arr.dtype.kind not in "iuf":
+        raise TypeError(f"{name} must hold numbers, got dtype {arr.dtype}")
+    if dtype == np.int64:
+        flat = as_int_array(arr.reshape(-1), name)  # exact: no rounding, no wrap-around
+        return flat.reshape(arr.shape)
+    return np.ascontiguousarray(arr, dtype=dtype)
+
+
+# --------------------------------------------------------------------------- memory
+
+
+def allocate(n: int, dtype, what: str, hint: str) -> np.ndarray:
+    """``np.empty(n, dtype)``, with a ``ValueError`` saying what did not fit (and ``hint``:
+    what to do) instead of numpy's ``MemoryError``."""
+    try:
+        return np.empty(n, dtype=dtype)
+    except (MemoryError, ValueError):
+        gib = n * np.dtype(dtype).itemsize / 2**30
+        raise ValueError(f"{what}: {n:,} items need {gib:,.1f} GiB for one array and do not fit in memory; {hint}") from None
+
+
+def memory_errors_as_value_errors(fn):
+    """Decorator: numpy's ``MemoryError`` (an output too large to allocate, e.g.
+    ``max_sequence_length=2**40``) becomes a ``ValueError`` naming the function."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except MemoryError:
+            raise ValueError(
+                f"{fn.__name__}: the output does not fit in memory; check the lengths / max_sequence_length "
+                "(a row or batch this large is not what these fields are for)"
+            ) from None
+
+    return wrapper
+
+
+# --------------------------------------------------------------------------- deprecations
+
+
+def deprecated_positional(func: str, args: tuple, names: tuple, given: dict, unset) -> dict:
+    """Map positional arguments of an older signature to keywords, with a
+    ``DeprecationWarning`` (the house convention makes them keyword-only). ``given`` holds
+    the keyword values, ``unset`` the sentinel meaning "not given"."""
+    if len(args) > len(names):
+        raise TypeError(f"{func}() takes at most {len(names)} deprecated positional arguments after the first two, got {len(args)}")
+    out = {}
+    for name, value in zip(names, args):
+        if given.get(name, unset) is not unset:
+            raise TypeError(f"{func}() got multiple values for argument {name!r}")
+        out[name] = value
+    warnings.warn(
+        f"passing {', '.join(names[: len(args)])} to {func}() by position is deprecated and will stop "
+        f"working in the next release; pass {', '.join(f'{n}=...' for n in names[: len(args)])} by keyword",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return out

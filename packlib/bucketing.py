@@ -21,7 +21,6 @@ import numbers
 import operator
 import random
 import sys
-import warnings
 from dataclasses import dataclass
 from itertools import islice
 from typing import Any, Callable, Iterable
@@ -29,6 +28,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from ._validate import (
+    deprecated_positional,
     as_bool,
     as_choice,
     as_depth,
@@ -598,28 +598,6 @@ def _window_order(items: list, key):
 _BUCKET_POSITIONAL = ("batch_size", "max_tokens", "shuffle", "seed")
 
 
-def _deprecated_positional(func: str, args: tuple, names: tuple, given: dict) -> dict:
-    """Map the positional arguments of an older signature to keywords, with a
-    ``DeprecationWarning`` (the house convention makes them keyword-only).
-
-    # TODO(lead): move to _validate (or a _compat module): generic for any signature change
-    """
-    if len(args) > len(names):
-        raise TypeError(f"{func}() takes at most {len(names)} deprecated positional arguments after the first two, got {len(args)}")
-    out = {}
-    for name, value in zip(names, args):
-        if given.get(name, _UNSET) is not _UNSET:
-            raise TypeError(f"{func}() got multiple values for argument {name!r}")
-        out[name] = value
-    warnings.warn(
-        f"passing {', '.join(names[: len(args)])} to {func}() by position is deprecated and will stop "
-        f"working in the next release; pass {', '.join(f'{n}=...' for n in names[: len(args)])} by keyword",
-        DeprecationWarning,
-        stacklevel=3,
-    )
-    return out
-
-
 class _Unset:
     def __repr__(self):
         return "<unset>"
@@ -680,7 +658,7 @@ def bucket(
 
     given = {"batch_size": batch_size, "max_tokens": max_tokens, "shuffle": shuffle, "seed": seed}
     if args:
-        given.update(_deprecated_positional("bucket", args, _BUCKET_POSITIONAL, given))
+        given.update(deprecated_positional("bucket", args, _BUCKET_POSITIONAL, given, _UNSET))
     defaults = {"batch_size": None, "max_tokens": None, "shuffle": True, "seed": 0}
     batch_size, max_tokens, shuffle, seed = (
         defaults[k] if given[k] is _UNSET else given[k] for k in _BUCKET_POSITIONAL
@@ -932,7 +910,7 @@ def pack_stream(
     """
     given = {"read_ahead": read_ahead, "key": key, "method": method, "max_sequences_per_pack": max_sequences_per_pack, "seed": seed}
     if args:
-        given.update(_deprecated_positional("pack_stream", args, _PACK_STREAM_POSITIONAL, given))
+        given.update(deprecated_positional("pack_stream", args, _PACK_STREAM_POSITIONAL, given, _UNSET))
     defaults = {"read_ahead": None, "key": len, "method": "bfd", "max_sequences_per_pack": None, "seed": 0}
     v = {k: defaults[k] if given[k] is _UNSET else given[k] for k in _PACK_STREAM_POSITIONAL}
     return PackStream(

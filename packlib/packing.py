@@ -20,11 +20,9 @@ from typing import Iterator
 import numpy as np
 
 from ._validate import (
-    MAX_TOTAL,
     as_bool,
     as_depth,
     as_histogram,
-    as_int,
     as_int_array,
     as_lengths,
     as_nonnegative_int,

@@ -31,27 +31,7 @@ a find-first-zero from ``max(r, first free)``, mostly within one 64-bit word. Th
 """
 import numpy as np
 
-from .._jit import jit
-
-# TODO(lead): export trailing_zeros from _jit.py (the one module allowed to import numba,
-# tests/test_lint.py) and import it from there. The de Bruijn fallback below costs 1.34x on
-# smooth_fill (1000 datasets x 5 M, measured), so the intrinsic stays until then.
-try:  # llvm.cttz (one tzcnt), inlined; numba-internal, so keep a portable fallback
-    from numba.cpython.unsafe.numbers import trailing_zeros
-except ImportError:  # pragma: no cover - numba versions without it
-    _DEBRUIJN = np.uint64(0x03F79D71B4CB0A89)
-    _DEBRUIJN_TABLE = np.array(
-        [0, 1, 48, 2, 57, 49, 28, 3, 61, 58, 50, 42, 38, 29, 17, 4,
-         62, 55, 59, 36, 53, 51, 43, 22, 45, 39, 33, 30, 24, 18, 12, 5,
-         63, 47, 56, 27, 60, 41, 37, 16, 54, 35, 52, 21, 44, 32, 23, 11,
-         46, 26, 40, 15, 34, 20, 31, 10, 25, 14, 19, 9, 13, 8, 7, 6],
-        dtype=np.int64,
-    )
-
-    @jit
-    def trailing_zeros(x):
-        """Index of the lowest set bit of a non-zero uint64 (de Bruijn multiply)."""
-        return _DEBRUIJN_TABLE[np.int64(((x & (np.uint64(0) - x)) * _DEBRUIJN) >> np.uint64(58))]
+from .._jit import jit, trailing_zeros  # llvm.cttz; the de Bruijn fallback costs 1.34x here
 
 _SPLIT = 134217729.0  # 2**27 + 1: Dekker's splitter for float64
 _ALL = np.uint64(0xFFFFFFFFFFFFFFFF)

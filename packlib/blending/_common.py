@@ -13,7 +13,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from .._validate import as_weights
+from .._validate import allocate, as_weights
 
 METHODS = ("megatron", "smooth", "shuffled")
 INT16_LIMIT = 32767  # Megatron: fewer than 32,767 datasets fit its int16 index
@@ -97,15 +97,5 @@ def progress_wanted(progress, work: float) -> bool | None:
 
 def alloc(n: int, dtype, what: str, hint: str = "use a smaller size, or method='shuffled' with materialize=False "
           "and slice() what you need") -> np.ndarray:
-    """``np.empty(n, dtype)``, with a ``ValueError`` saying what did not fit instead of
-    numpy's ``MemoryError`` (e.g. ``blend(w, 2**62)``).
-
-    # TODO(lead): move to _validate (an allocation helper every O(total) output could use)
-    """
-    try:
-        return np.empty(n, dtype=dtype)
-    except (MemoryError, ValueError):
-        gib = n * np.dtype(dtype).itemsize / 2**30
-        raise ValueError(
-            f"{what}: {n:,} samples need {gib:,.1f} GiB for one array and do not fit in memory; {hint}"
-        ) from None
+    """:func:`packlib._validate.allocate` with the blend-specific advice."""
+    return allocate(n, dtype, what, hint)

@@ -22,6 +22,7 @@ from typing import Mapping
 import numpy as np
 
 from .._validate import as_choice, as_int_array, as_nonnegative_int
+from .._validate import as_matrix as _as_matrix
 
 __all__ = ["encode_example", "decode_example", "Schema"]
 
@@ -254,7 +255,7 @@ def decode_example(data, *, path: str | None = None, record: int | None = None) 
     ValueError
         If the bytes are not a well-formed Example.
     """
-    from .tfrecord import _as_bytes
+    from .._validate import as_bytes as _as_bytes
 
     buf = _as_bytes(data, "data").tobytes()
     where = ""
@@ -286,26 +287,6 @@ def decode_example(data, *, path: str | None = None, record: int | None = None) 
     except ValueError as exc:
         raise ValueError(f"{where}not a valid tf.train.Example: {exc}") from None
     return dict(sorted(out.items()))
-
-
-def _as_matrix(values, name: str, dtype) -> np.ndarray:
-    """A 2-D C-contiguous matrix of ``dtype`` (int64: integers, or whole floats, never
-    rounded; float32: real numbers). Booleans and non-numbers are a ``TypeError``.
-
-    # TODO(lead): move to _validate (a 2-D sibling of as_int_array / as_float_array)
-    """
-    try:
-        arr = np.asarray(values)
-    except (ValueError, TypeError) as exc:
-        raise ValueError(f"{name} must be a 2-D array of numbers: {exc}") from None
-    if arr.ndim != 2:
-        raise ValueError(f"{name} must be a 2-D array (rows x columns), got shape {arr.shape}")
-    if arr.dtype.kind == "b" or arr.dtype.kind not in "iuf":
-        raise TypeError(f"{name} must hold numbers, got dtype {arr.dtype}")
-    if dtype == np.int64:
-        flat = as_int_array(arr.reshape(-1), name)  # exact: no rounding, no wrap-around
-        return flat.reshape(arr.shape)
-    return np.ascontiguousarray(arr, dtype=dtype)
 
 
 # --------------------------------------------------------------------------------------

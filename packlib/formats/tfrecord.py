@@ -27,6 +27,7 @@ from typing import Iterable, Iterator
 import numpy as np
 
 from .._validate import as_bool, as_choice, as_int_array
+from .._validate import as_bytes as _as_bytes
 
 __all__ = [
     "crc32c",
@@ -314,36 +315,6 @@ def frame_records(data, offsets, *, crc: str = "auto") -> np.ndarray:
         )
     crcs = _masked_crcs(data, offsets[:-1], offsets[1:], crc)
     return _frame(data, offsets, crcs, TABLES)
-
-
-def _as_bytes(record, name: str) -> np.ndarray:
-    """A bytes-like record as a uint8 array (no copy); anything that is not raw bytes
-    (ints, str, float or other non-byte arrays) is a ``TypeError``: ``bytes(3)`` would be
-    three zero bytes and ``bytes(float_array)`` its memory, both silently wrong.
-
-    # TODO(lead): move to _validate (as_bytes: the byte-buffer sibling of as_int_array)
-    """
-    if isinstance(record, (bytes, bytearray)):
-        return np.frombuffer(record, dtype=np.uint8)
-    if isinstance(record, np.ndarray):
-        if record.dtype not in (np.uint8, np.int8) or record.ndim != 1:
-            raise TypeError(
-                f"{name} must be bytes or a 1-D uint8 array, got an array of dtype {record.dtype} and shape "
-                f"{record.shape}; serialise it first (e.g. encode_example, or .astype(np.uint8) if it holds bytes)"
-            )
-        return np.ascontiguousarray(record).view(np.uint8)
-    if isinstance(record, str):
-        raise TypeError(f"{name} must be bytes, got str {record[:40]!r}; encode it first (e.g. s.encode())")
-    try:
-        mv = memoryview(record)  # any other buffer (mmap, memoryview, array.array('B'), ...)
-    except TypeError:
-        raise TypeError(
-            f"{name} must be bytes-like (bytes, bytearray, memoryview or a uint8 array), got "
-            f"{type(record).__name__} {record!r:.60}"
-        ) from None
-    if mv.itemsize != 1 or mv.ndim > 1:
-        raise TypeError(f"{name} must be raw bytes, got a buffer of format {mv.format!r} and shape {mv.shape}; serialise it first")
-    return np.frombuffer(mv if mv.contiguous else mv.tobytes(), dtype=np.uint8)
 
 
 def _join(records: Iterable) -> tuple[np.ndarray, np.ndarray]:

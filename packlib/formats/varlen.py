@@ -23,12 +23,12 @@ Worked example: one row of 12 with documents of lengths 3, 2, 4 (and 3 padding):
 """
 from __future__ import annotations
 
-import functools
 import warnings
 
 import numpy as np
 
 from .._validate import as_bool, as_int, as_int_array, as_lengths, as_positive_int, check_total, exact_sum
+from .._validate import memory_errors_as_value_errors as _fits_memory
 
 __all__ = [
     "row_lengths",
@@ -75,26 +75,6 @@ def _row(lengths, max_sequence_length, row_length=None, func: str = "") -> tuple
     if int(lens.sum()) > T:
         raise ValueError(f"the documents hold {int(lens.sum())} tokens > max_sequence_length = {T}")
     return lens, T
-
-
-def _fits_memory(fn):
-    """Turn numpy's ``MemoryError`` (a row or a batch too large to allocate, e.g.
-    ``max_sequence_length=2**40``) into a ``ValueError`` naming the function.
-
-    # TODO(lead): move to _validate (the decorator form of blending._common.alloc)
-    """
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except MemoryError:
-            raise ValueError(
-                f"{fn.__name__}: the output does not fit in memory; check the lengths / max_sequence_length "
-                "(a row or batch this large is not what these fields are for)"
-            ) from None
-
-    return wrapper
 
 
 def row_lengths(packs, p: int) -> np.ndarray:
