@@ -59,16 +59,9 @@ def _block(seqs, **extra) -> bytes:
 def _unblock(data):
     from ..formats.mlperf_bert import BertSequences
 
-    z = np.load(io.BytesIO(data) if isinstance(data, bytes) else data)
+    z = np.load(io.BytesIO(data) if isinstance(data, bytes) else data)  # bytes, or a path
     L, P = (int(x) for x in z["widths"])
     return BertSequences(*(z[k] for k in _ARRAYS), L, P), z
-
-
-def _write_atomic(path: str, data: bytes) -> None:
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
 
 
 # --------------------------------------------------------------------------------------
@@ -82,7 +75,12 @@ def bert_lengths_task(job: BertJob, i: int):
     seqs = _read_file(job.paths[i], compression="auto")
     if seqs is None:
         return np.zeros(0, dtype=np.int32), None, _peak()
-    _write_atomic(job.cache_path(i), _block(seqs))
+    path = job.cache_path(i)
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "wb") as fh:  # straight to the file: no second copy in memory
+        np.savez(fh, **{k: getattr(seqs, k) for k in _ARRAYS},
+                 widths=np.array([seqs.max_sequence_length, seqs.max_predictions]))
+    os.replace(tmp, path)
     return seqs.lengths.astype(np.int32), (seqs.max_sequence_length, seqs.max_predictions), _peak()
 
 
@@ -93,8 +91,7 @@ def bert_spill_task(job: BertJob, i: int, pos, file_of):
 
     if pos.size == 0:
         return [], np.zeros(0, dtype=np.uint64), _peak()
-    with open(job.cache_path(i), "rb") as fh:
-        seqs, _ = _unblock(fh.read())
+    seqs, _ = _unblock(job.cache_path(i))
     if seqs.num_sequences != pos.size:
         raise PipelineError(f"{job.paths[i]}: changed while it was being packed; run again")
     fp = seqs.fingerprints()
@@ -132,13 +129,15 @@ def bert_assemble_task(job: BertJob, f: int, sources, pack_offsets, first_pos: i
             seqs, z = _unblock(fh.read(size))
         parts.append(seqs)
         pos.append(z["pos"])
+        del seqs, z
     pos = np.concatenate(pos)
     n = int(pack_offsets[-1])
     order = np.argsort(pos, kind="stable")
     if pos.size != n or not np.array_equal(pos[order], np.arange(first_pos, first_pos + n)):
         raise PipelineError(f"internal error: output file {f} received {pos.size} sequences, expected {n}")
-    seqs = BertSequences.concatenate(parts).take(order)
-    del parts
+    seqs = BertSequences.concatenate(parts)
+    del parts  # at most two copies of the file's sequences at a time
+    seqs = seqs.take(order)
     packs = Packs(pack_offsets, np.arange(n), seqs.lengths, seqs.max_sequence_length, job.max_sequences_per_pack)
     return write_packed(job.part_path(f), seqs, packs, 0, packs.num_packs, job.max_sequences_per_pack,
                         compression=job.compression), _peak()
