@@ -20,9 +20,19 @@ engine and the number of workers; it appears atomically (a failed run leaves not
 ``output``). A verify pass re-reads the output and checks, by content hash, that every
 input sequence appears exactly once.
 
+>>> import os, tempfile
+>>> import pyarrow as pa, pyarrow.parquet as pq
 >>> from packlib.pipeline import pack_files
->>> result = pack_files(["data/*.parquet"], "packed", 2048, workers=4)  # doctest: +SKIP
->>> print(result.summary())                                             # doctest: +SKIP
+>>> d = tempfile.mkdtemp()
+>>> pq.write_table(pa.table({"input_ids": [[1, 2, 3], [4, 5], [6], [7, 8, 9, 10]], "text": ["a", "b", "c", "d"]}),
+...                os.path.join(d, "a.parquet"))
+>>> result = pack_files(os.path.join(d, "*.parquet"), os.path.join(d, "packed"), 5, workers=1)
+>>> result.num_packs, result.num_sequences, result.left_out_columns
+(2, 4, ('text',))
+>>> pq.read_table(result.files[0]).to_pydict()
+{'input_ids': [[1, 2, 3, 4, 5], [7, 8, 9, 10, 6]], 'seq_lengths': [[3, 2], [4, 1]]}
+>>> sorted(os.listdir(os.path.join(d, "packed")))
+['packing_metadata.json', 'part-00000-of-00001.parquet']
 """
 from __future__ import annotations
 
@@ -114,7 +124,7 @@ class PackResult:
             f"{'' if self.max_sequences_per_pack is None else f', at most {self.max_sequences_per_pack} per pack'}): "
             f"{100 * self.efficiency:.3f} % efficiency, {self.num_packs - self.lower_bound:,} packs above "
             f"ceil(tokens/L) = {self.lower_bound:,}",
-            f"wrote {len(self.files)} files to {self.output} (columns {', '.join(self.columns)} + seq_lengths)",
+            f"wrote {_count(len(self.files), 'file')} to {self.output} (columns {', '.join(self.columns)} + seq_lengths)",
         ]
         if self.left_out_columns:
             lines.append(f"left out (not list columns, or not selected): {', '.join(self.left_out_columns)}")
@@ -124,7 +134,8 @@ class PackResult:
             lines.append("verified: every input sequence appears exactly once in the output")
         lines.append("seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in s.items()))
         lines.append(f"peak memory: {self.peak_memory / 2**20:,.0f} MiB (sum of the peak resident memory of "
-                     f"{len(self.peak_memory_by_process)} processes; {self.engine} engine, {self.workers} workers)")
+                     f"{_count(len(self.peak_memory_by_process), 'process').replace('processs', 'processes')}; "
+                     f"{self.engine} engine, {_count(self.workers, 'worker')})")
         return "\n".join(lines)
 
     def to_dict(self) -> dict:
@@ -134,8 +145,12 @@ class PackResult:
         return d
 
     def __repr__(self) -> str:
-        return (f"PackResult({self.num_sequences:,} sequences -> {self.num_packs:,} packs in {len(self.files)} files, "
+        return (f"PackResult({self.num_sequences:,} sequences -> {self.num_packs:,} packs in {_count(len(self.files), 'file')}, "
                 f"efficiency={100 * self.efficiency:.3f}%, output={self.output!r})")
+
+
+def _count(n: int, unit: str) -> str:
+    return f"{n:,} {unit}{'' if n == 1 else 's'}"
 
 
 def _check_output(output) -> str:

@@ -3,6 +3,13 @@
 Every expected failure prints one line ``error: ...`` on stderr and exits with status 2
 (1 when the output fails verification), with no traceback (``--debug`` shows it) and
 nothing written to the output directory.
+
+>>> import argparse
+>>> parser = argparse.ArgumentParser()
+>>> configure_parser(parser)
+>>> args = parser.parse_args(["data/*.parquet", "--output", "packed", "--seq-length", "2048", "--overflow", "split"])
+>>> args.max_sequence_length, args.overflow, args.engine, args.method
+(2048, 'split', 'local', 'bfd')
 """
 from __future__ import annotations
 

@@ -9,6 +9,15 @@ same, byte for byte), pass 2 spills each file's sequences to the buckets of thei
 files, and each output file is assembled from its buckets. Workers hold one input file or
 one output file at a time; the driver holds about 40 bytes per sequence (about 650 MB for
 the 16.3 M sequences of MLPerf's Wikipedia, instead of the ~21 GB of tokens).
+
+>>> import os, tempfile
+>>> from packlib.formats import mlperf_bert as mb
+>>> d = tempfile.mkdtemp()
+>>> mb.write_unpacked(os.path.join(d, "part-00000"), mb.synthetic_sequences(100, seed=0))
+100
+>>> meta = pack_mlperf_bert([os.path.join(d, "part-00000")], os.path.join(d, "packed"), 3, records_per_file=20)
+>>> meta["original_number_of_samples"], meta["new_number_of_samples"], meta["output_files"][0]
+(100, 57, 'packed-00000-of-00003.tfrecord')
 """
 from __future__ import annotations
 

@@ -10,6 +10,16 @@ Unpacked MLPerf BERT records become the list columns ``input_ids`` (int32),
 position, ``-100`` elsewhere, the Hugging Face convention), plus the scalar
 ``next_sentence_label``, which is not a list column and so is left out of packed Parquet
 (the ``mlperf-bert`` command keeps it).
+
+>>> import os, tempfile
+>>> import pyarrow as pa, pyarrow.parquet as pq
+>>> d = tempfile.mkdtemp()
+>>> for name in ("b.parquet", "a.parquet"):
+...     pq.write_table(pa.table({"input_ids": [[1, 2], [3]]}), os.path.join(d, name))
+>>> [(os.path.basename(s.path), s.kind) for s in expand_inputs(d)]
+[('a.parquet', 'parquet'), ('b.parquet', 'parquet')]
+>>> [b.num_rows for b in iter_batches(expand_inputs(d)[0], ["input_ids"])]
+[2]
 """
 from __future__ import annotations
 

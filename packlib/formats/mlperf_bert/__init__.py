@@ -25,6 +25,16 @@ next_sentence_weights     k       (float) 1.0 per present sequence
 In memory, sequences are kept ragged (:class:`BertSequences`): only the real tokens and
 real predictions, so a dataset takes about 5 bytes per token (int32 ids, int8 segments) instead of
 24 bytes per padded slot: about 21 GB for the 4.16 G tokens of MLPerf's Wikipedia.
+
+>>> import packlib
+>>> from packlib.formats import mlperf_bert as mb
+>>> seqs = mb.synthetic_sequences(100, seed=0)
+>>> seqs
+BertSequences(100 sequences, 28,536 tokens, 4,259 predictions, max_sequence_length=512, max_predictions=76)
+>>> packs = packlib.pack(seqs.lengths, 512, 3, method="lpfhp")
+>>> ints, floats = mb.build_packed_features(seqs, packs, 0, 2)
+>>> ints.shape, floats.shape   # 4 x 512 token fields, 2 x 79 prediction slots, 2 x 3 NSP slots; 79 + 3 floats
+((2, 2212), (2, 82))
 """
 from __future__ import annotations
 
