@@ -640,8 +640,8 @@ def _simple_bounds(h: np.ndarray, L: int, depth: int | None) -> tuple[int, int, 
 class _Plan:
     """Strategies and counts of a plan that is not (yet) a :class:`PackingPlan`."""
 
-    def __init__(self, strategies, counts):
-        self.strategies, self.counts = strategies, counts
+    def __init__(self, strategies, counts, how=""):
+        self.strategies, self.counts, self.how = strategies, counts, how
         self.num_packs = int(counts.sum())
 
 
@@ -674,7 +674,7 @@ class _Solver:
             if name in self.heuristics:
                 continue
             if name == "fill":
-                self.heuristics[name] = _Plan(*_fill_plan(self.h, self.L, self.depth)[:2])
+                self.heuristics[name] = _Plan(*_fill_plan(self.h, self.L, self.depth))
             elif name != "nnls" or (self.time_left() and nnls_fits(self.L)):
                 # the greedy packers take milliseconds; NNLSHP only runs while time is left
                 self.heuristics[name] = get(name).function(self.h, max_sequence_length=self.L, max_sequences_per_pack=self.depth)
@@ -779,7 +779,7 @@ class _Solver:
                 break
             rows, counts, residual = round_columns(self.master.rows, np.maximum(base - k, 0.0), self.h)
             plans = [lpfhp_pack(residual, max_sequence_length=self.L, max_sequences_per_pack=self.depth),
-                     _Plan(*_fill_plan(residual, self.L, self.depth)[:2])]
+                     _Plan(*_fill_plan(residual, self.L, self.depth))]
             # NNLSHP (the slow one) only while the fast ones leave more than one pack of gap
             cheap = int(counts.sum()) + min(p.num_packs for p in plans)
             if self.time_left() and cheap > target + 1 and nnls_fits(self.L):
@@ -927,6 +927,8 @@ def optimal_pack(
     source, best = min(solver.heuristics.items(), key=lambda kv: kv[1].num_packs)
     strategies, counts = best.strategies, best.counts
     info = {}
+    if source == "fill":
+        info["fill"] = best.how  # which exact-fill variant
     if found is not None and found[0] < best.num_packs:
         _, strategies, counts, k = found
         source = "lp-rounding"
