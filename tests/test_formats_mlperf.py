@@ -277,3 +277,23 @@ def test_same_output_as_in_memory_packing(dataset, tmp_path):
     for i, name in enumerate(names):
         mb.write_packed(tmp_path / "ref.tfrecord", seqs, packs, 1000 * i, min(packs.num_packs, 1000 * (i + 1)))
         assert (tmp_path / "o" / name).read_bytes() == (tmp_path / "ref.tfrecord").read_bytes()
+
+
+def _dying_spill(job, i, *args):
+    if i == 1:
+        os._exit(3)
+    from packlib.pipeline import mlperf
+
+    return mlperf.bert_spill_task(job, i, *args)
+
+
+def test_a_worker_that_dies_writes_nothing(dataset, tmp_path, monkeypatch, capsys):
+    from packlib.pipeline import mlperf
+
+    d, _ = dataset
+    monkeypatch.setattr(mlperf, "bert_spill_task", _dying_spill)
+    assert _run(["--input-glob", str(d / "unpacked-*.tfrecord"), "--output-dir", str(tmp_path / "out"),
+                 "--workers", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: a worker process died") and err.count("\n") == 1
+    assert os.listdir(tmp_path) == []

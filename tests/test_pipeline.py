@@ -224,6 +224,8 @@ def test_output_exists_and_bad_arguments(data, tmp_path, capsys):
         pack_files(paths, tmp_path / "o2", L, method="best")
     with pytest.raises(TypeError, match="max_sequence_length"):
         pack_files(paths, tmp_path / "o2")
+    with pytest.raises(TypeError, match="verify"):
+        pack_files(paths, tmp_path / "o2", L, verify="yes")
     with pytest.raises(InputError, match="no such file"):
         pack_files([str(tmp_path / "missing-*.parquet")], tmp_path / "o2", L)
     assert not (tmp_path / "o2").exists()
@@ -271,7 +273,7 @@ def test_verify_catches_a_wrong_output(data, tmp_path, monkeypatch, capsys):
 def test_summary_and_repr(data, tmp_path, capsys):
     d, t, paths = data
     assert _cli(*paths, "--output", tmp_path / "out", "--seq-length", L, "--overflow", "truncate",
-                "--workers", 1, "--rows-per-file", 50) == 0
+                "--workers", 1, "--rows-per-file", 50, "--progress") == 0
     out = capsys.readouterr().out
     assert "efficiency" in out and "left out" in out and "text" in out and "peak memory" in out
     assert "truncated" in out

@@ -256,6 +256,11 @@ def pack_files(inputs, output, max_sequence_length=None, max_sequences_per_pack=
     if rows_per_file is not None:
         rows_per_file = as_positive_int(rows_per_file, "rows_per_file")
     seed = as_seed(seed)
+    for name, value in (("progress", progress), ("verify", verify)):
+        if value is not None and not isinstance(value, (bool, np.bool_)):
+            raise TypeError(f"{name} must be True, False or None, got {type(value).__name__} {value!r}")
+    if ray_address is not None and not isinstance(ray_address, str):
+        raise TypeError(f"ray_address must be a str such as 'auto', got {type(ray_address).__name__}")
     if columns is not None:
         if isinstance(columns, str):
             columns = [columns]
