@@ -39,6 +39,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field, replace
@@ -292,6 +293,9 @@ def pack_files(inputs, output, max_sequence_length=None, max_sequences_per_pack=
     try:
         eng = _make_engine(engine, workers, ray_address)
         n_workers = eng.workers
+        # load the packer's compiled kernels while the workers read lengths
+        warm = threading.Thread(target=_warm_packer, args=(m.name,), daemon=True)
+        warm.start()
         job = Job(tuple(shards), tuple(cols), types, L, overflow, work, 0, cache_inputs=_CACHE_INPUTS)
         S = len(shards)
 
@@ -306,6 +310,7 @@ def pack_files(inputs, output, max_sequence_length=None, max_sequences_per_pack=
 
         # ---- plan --------------------------------------------------------------------
         t0 = time.perf_counter()
+        warm.join()
         segs = A.make_segments(lengths, L, overflow="truncate" if overflow == "error" else overflow)
         seg_row = np.asarray(segs.row, dtype=np.int64)
         seg_start = np.asarray(segs.start, dtype=np.int64)
@@ -410,6 +415,15 @@ def pack_files(inputs, output, max_sequence_length=None, max_sequences_per_pack=
         truncated_tokens=int(segs.truncated_tokens), columns=tuple(cols), left_out_columns=left_out,
         engine=engine, workers=n_workers, seconds=seconds, peak_memory=int(sum(peaks.values())),
         peak_memory_by_process=peaks, verified=bool(verify), packs=packs)
+
+
+def _warm_packer(method: str) -> None:
+    from .. import methods
+
+    try:
+        methods.pack(np.array([1, 1]), 2, method=method)
+    except Exception:  # noqa: BLE001 - only a warm-up; the real call reports errors
+        pass
 
 
 def _self_peak():
