@@ -519,7 +519,7 @@ def _fill_plan(h: np.ndarray, L: int, depth: int | None):
     if depth is None:
         (items, offsets, counts), mode = best_fill(h, 0, (2, 0))
         return (*as_rows(items, offsets, counts), f"fill {mode}")
-    (items, offsets, counts), mode = best_fill(h, depth, (3, 2, 0))
+    (items, offsets, counts), mode = best_fill(h, depth, (3, 2, 0, 4))
     candidates = [(*as_rows(items, offsets, counts), f"fill {mode}")]
     unlimited = exact_fill(h, L, 0, 2)
     if np.diff(unlimited[1]).max(initial=0) > depth:
@@ -530,7 +530,7 @@ def _fill_plan(h: np.ndarray, L: int, depth: int | None):
             raise RuntimeError("depth_repair left a pack over the depth limit; please report this")
         rows = rows[:, :depth]
         if residual.any():
-            (items, offsets, counts), _ = best_fill(residual, depth, (3, 2, 0))
+            (items, offsets, counts), _ = best_fill(residual, depth, (3, 2, 0, 4))
             rest, rest_counts = as_rows(items, offsets, counts)
             width = max(rows.shape[1], rest.shape[1])
             both = np.zeros((rows.shape[0] + rest.shape[0], width), np.int64)

@@ -134,6 +134,10 @@ def _split_check(lens, pr, L, den) -> bool:
     lens, pr = lens[order], pr[order]
     if (pr > den).any():
         return False
+    # only lengths priced above every shorter length matter (swap the longer for the shorter)
+    running = np.maximum.accumulate(np.concatenate([[0], pr]))[:-1]
+    keep = pr > running
+    lens, pr = lens[keep], pr[keep]
     dear = pr.astype(object) * L > lens.astype(object) * den
     if not dear.any():
         return True  # no pack of at most L tokens exceeds den

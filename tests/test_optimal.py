@@ -465,7 +465,7 @@ def test_long_context_path_brackets_the_optimum(h, depth):
         assert lb.status == 0 and "long context" in lb.message
 
 
-@given(small_histograms(max_len=60, max_count=50), st.integers(0, 8), st.integers(0, 3))
+@given(small_histograms(max_len=60, max_count=50), st.integers(0, 8), st.integers(0, 4))
 @settings(max_examples=60)
 def test_exact_fill_packs_every_sequence_once(h, D, mode):
     from packlib._kernels.optimal import exact_fill

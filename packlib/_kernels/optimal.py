@@ -244,7 +244,9 @@ def exact_fill(h, L, D, mode):
       rest of the histogram needs per pack on average (``ceil(sequences * L / tokens)``,
       at least 3), it takes the longest sequence of at most ``g / (slots wanted)`` (also
       for its first sequence), so short sequences are spread over the packs instead of
-      piling up at the end, where the depth limit would leave their packs part-empty.
+      piling up at the end, where the depth limit would leave their packs part-empty;
+    - ``mode 4`` (depth limits that bind, ``sequences / depth > tokens / L``): the longest
+      sequence that leaves room for the shortest one left in each other free slot.
 
     A pack is repeated while every length it uses has enough copies left. Returns
     ``(items, offsets, counts)``: pack type ``t`` holds ``items[offsets[t]:offsets[t+1]]``
@@ -267,6 +269,7 @@ def exact_fill(h, L, D, mode):
     pack = np.zeros(L, np.int64)
     items_left = np.int64(0)
     tokens_left = np.int64(0)
+    smin = 1
     for l in range(1, L + 1):
         items_left += rem[l - 1]
         tokens_left += rem[l - 1] * l
@@ -281,6 +284,23 @@ def exact_fill(h, L, D, mode):
             # sequences per pack the rest needs on average (tokens / L packs)
             target = np.int64(np.ceil(items_left * L / max(tokens_left, 1)))
         while gap > 0 and (D == 0 or n < D):
+            if mode == 4 and D > 0:
+                # many sequences per pack: the longest that leaves room for the shortest
+                # ones left in every other free slot
+                while smin <= L and rem[smin - 1] == 0:
+                    smin += 1
+                b = _largest_present(parent, gap - (D - n - 1) * smin) if gap > (D - n - 1) * smin else 0
+                if b == 0:
+                    b = _largest_present(parent, gap)  # best fit
+                    if b == 0:
+                        break
+                pack[n] = b
+                n += 1
+                gap -= b
+                rem[b - 1] -= 1
+                if rem[b - 1] == 0:
+                    parent[b] = b - 1
+                continue
             spread = 0
             if mode == 3 and D > 0:
                 want = min(D, max(2, target)) - n  # sequences this pack should still take
