@@ -15,7 +15,6 @@ copies of each length.
 """
 from __future__ import annotations
 
-import math
 
 import numpy as np
 
