@@ -649,6 +649,9 @@ class _Solver:
     """State shared by :func:`lower_bound` and :func:`optimal_pack` for one input."""
 
     def __init__(self, h, L, depth, deadline):
+        # a pack never holds more than L sequences: a larger limit is no limit
+        self.user_depth = depth
+        depth = None if depth is not None and depth >= L else depth
         self.h, self.L, self.depth, self.deadline = h, L, depth, deadline
         self.caps = _caps(h, L, depth)
         fit = _max_items(self.caps, L)
@@ -658,7 +661,7 @@ class _Solver:
         self.master = None
         self.x = None
         self.stopped = False  # a step was skipped because the time limit was reached
-        self.long = _long_context(h, L, depth)
+        self.long = _long_context(h, L, self.depth)
 
     def time_left(self) -> bool:
         if self.deadline is None or time.perf_counter() < self.deadline:
@@ -686,7 +689,7 @@ class _Solver:
         optimal basis: on Wikipedia at depth 3, 1 more round instead of ~50)."""
         t0 = time.perf_counter()
         h, L, depth = self.h, self.L, self.depth
-        trivial, large, card = _simple_bounds(h, L, depth)
+        trivial, large, card = _simple_bounds(h, L, self.user_depth)
         lp_value, converged, rounds, columns = float("nan"), False, 0, 0
         proven = False
         timed_out = False
@@ -750,7 +753,7 @@ class _Solver:
             large_items_bound=large,
             cardinality_bound=card,
             max_sequence_length=L,
-            max_sequences_per_pack=depth,
+            max_sequences_per_pack=self.user_depth,
             info={"rounds": rounds, "columns": columns, "seconds": time.perf_counter() - t0,
                   "lp": ("ceiling proven" if proven else "solved") if converged and lp
                   else (("not solved (long context)" if self.long else "skipped") if not lp else "stopped early")},
@@ -903,11 +906,12 @@ def optimal_pack(
     h, L, depth = _histogram_args(histogram, max_sequence_length, max_sequences_per_pack)
     limit = _as_time_limit(time_limit)
     solver = _Solver(h, L, depth, None if limit is None else t0 + limit)
+    user_depth, depth = depth, solver.depth
     long = solver.long
     # SPFHP and LPFHP cost up to O(L**2 * depth): skipped at long context
     few = np.count_nonzero(h) <= _LP_LENGTHS
     solver.run_heuristics(("fill",) if L > 2 * _LONG_CONTEXT and not few else ("lpfhp", "spfhp", "fill"))
-    trivial, large, card = _simple_bounds(h, L, depth)
+    trivial, large, card = _simple_bounds(h, L, user_depth)
     greedy_best = min(p.num_packs for p in solver.heuristics.values())
     # a greedy plan that meets a simple bound is optimal: no LP needed. Otherwise NNLSHP
     # nearly always runs anyway (the guarantee), and its strategies seed the LP
@@ -950,7 +954,7 @@ def optimal_pack(
         status, message = lb.status, f"{summary}; {lb.message}"
     else:
         status, message = 0, f"{summary}"
-    plan = PackingPlan(strategies, counts, L, depth, method="optimal", lower_bound=lb.bound, info=info,
+    plan = PackingPlan(strategies, counts, L, user_depth, method="optimal", lower_bound=lb.bound, info=info,
                        bound=lb, status=status, message=message)
     if not np.array_equal(plan.histogram(), h):  # pragma: no cover - internal consistency
         raise RuntimeError("optimal_pack built a plan that does not match the histogram; please report this")

@@ -30,7 +30,10 @@ def _fields(cert):
     lengths = [int(v) for v in d["lengths"]]
     counts = [int(v) for v in d["counts"]]
     prices = [int(v) for v in d["prices"]]
-    return lengths, counts, prices, int(d["denominator"]), int(d["max_sequence_length"]), d["max_sequences_per_pack"]
+    L, depth = int(d["max_sequence_length"]), d["max_sequences_per_pack"]
+    if depth is not None and int(depth) >= L:  # no pack holds more than L sequences
+        depth = None
+    return lengths, counts, prices, int(d["denominator"]), L, None if depth is None else int(depth)
 
 
 def _validate(lengths, counts, prices, den, L):

@@ -368,7 +368,8 @@ def test_certificate_is_checked_by_an_independent_dp(h, depth):
     assert cert.lengths.dtype == cert.prices.dtype == np.int64 and (cert.prices >= 0).all()
     assert 0 < cert.denominator <= 2**40 and isinstance(cert.denominator, int)
     assert np.array_equal(cert.lengths, np.flatnonzero(h) + 1) and np.array_equal(cert.counts, h[h > 0])
-    assert cert.max_sequence_length == len(h) and cert.max_sequences_per_pack == depth
+    assert cert.max_sequence_length == len(h)
+    assert cert.max_sequences_per_pack == (None if depth is None or depth >= len(h) else depth)
     proven = naive_certificate.check(cert, h)
     assert proven == lb.lp_bound == lb.bound == cert.bound
     assert naive_certificate.check_fast(cert, h) == proven
@@ -550,3 +551,29 @@ def test_long_context_few_lengths_solves_the_lp(depth):
     check_plan(plan, h, depth)
     assert plan.gap <= 1e-4 * plan.lower_bound and plan.lower_bound == lb.bound
     assert naive_certificate.check_fast(plan.bound.certificate, h) == plan.lower_bound
+
+
+@pytest.mark.parametrize("depth", [10**6, 2**62])
+def test_huge_depth_is_unlimited(depth):
+    h = np.array([3, 5, 3, 4, 4, 0, 3, 2, 1, 2, 2, 2, 4, 4], dtype=np.int64)
+    plan = packlib.optimal_pack(h, max_sequences_per_pack=depth)
+    check_plan(plan, h, depth)
+    assert plan.max_sequences_per_pack == depth
+    free = packlib.optimal_pack(h, max_sequences_per_pack=None)
+    assert plan.lower_bound == free.lower_bound and plan.num_packs == free.num_packs
+    lb = packlib.lower_bound(h, max_sequences_per_pack=depth)
+    assert lb.max_sequences_per_pack == depth and naive_certificate.check(lb.certificate, h) == lb.bound
+    with mock_long_context():
+        check_plan(packlib.optimal_pack(h, max_sequences_per_pack=depth), h, depth)
+
+
+def mock_long_context():
+    from contextlib import ExitStack
+    from unittest import mock
+
+    import packlib.optimal
+
+    stack = ExitStack()
+    stack.enter_context(mock.patch.object(packlib.optimal, "_LONG_CONTEXT", 0))
+    stack.enter_context(mock.patch.object(packlib.optimal, "_LP_LENGTHS", 0))
+    return stack
