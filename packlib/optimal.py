@@ -783,8 +783,8 @@ class _Solver:
             rows, counts, residual = round_columns(self.master.rows, np.maximum(base - k, 0.0), self.h)
             plans = [lpfhp_pack(residual, max_sequence_length=self.L, max_sequences_per_pack=self.depth),
                      _Plan(*_fill_plan(residual, self.L, self.depth))]
-            # NNLSHP (the slow one) only while the fast ones leave more than one pack of gap
-            cheap = int(counts.sum()) + min(p.num_packs for p in plans)
+            # NNLSHP (the slow one) only while the plans so far leave more than one pack of gap
+            cheap = min(best, int(counts.sum()) + min(p.num_packs for p in plans))
             if self.time_left() and cheap > target + 1 and nnls_fits(self.L):
                 plans.append(nnls_pack(residual, max_sequence_length=self.L, max_sequences_per_pack=self.depth))
             rest = min(plans, key=lambda p: p.num_packs)
