@@ -678,7 +678,7 @@ class _Solver:
                 continue
             if name == "fill":
                 self.heuristics[name] = _Plan(*_fill_plan(self.h, self.L, self.depth))
-            elif name != "nnls" or (self.time_left() and nnls_fits(self.L)):
+            elif name != "nnls" or (self.time_left() and nnls_fits(self.L) and self.L <= _LONG_CONTEXT):
                 # the greedy packers take milliseconds; NNLSHP only runs while time is left
                 self.heuristics[name] = get(name).function(self.h, max_sequence_length=self.L, max_sequences_per_pack=self.depth)
 
@@ -785,7 +785,7 @@ class _Solver:
                      _Plan(*_fill_plan(residual, self.L, self.depth))]
             # NNLSHP (the slow one) only while the plans so far leave more than one pack of gap
             cheap = min(best, int(counts.sum()) + min(p.num_packs for p in plans))
-            if self.time_left() and cheap > target + 1 and nnls_fits(self.L):
+            if self.time_left() and cheap > target + 1 and nnls_fits(self.L) and self.L <= _LONG_CONTEXT:
                 plans.append(nnls_pack(residual, max_sequence_length=self.L, max_sequences_per_pack=self.depth))
             rest = min(plans, key=lambda p: p.num_packs)
             total = int(counts.sum()) + rest.num_packs
