@@ -239,7 +239,7 @@ def pack_files(inputs, output, max_sequence_length=None, max_sequences_per_pack=
         A worker died; the output failed the exactly-once check. Nothing is written either way.
     """
     from .. import methods
-    from .._validate import as_capacity, as_depth, as_positive_int, as_seed
+    from .._validate import as_bool, as_capacity, as_choice, as_depth, as_positive_int, as_seed
     from ..formats import arrow as A
     from ._tasks import Job, assemble_task, lengths_task, spill_task, type_key, verify_task
     from .readers import expand_inputs, read_schema
@@ -248,18 +248,15 @@ def pack_files(inputs, output, max_sequence_length=None, max_sequences_per_pack=
     L = as_capacity(max_sequence_length, seq_length)
     depth = as_depth(max_sequences_per_pack)
     m = methods.get(method)
-    if not isinstance(overflow, str) or overflow not in OVERFLOWS:
-        raise ValueError(f"overflow must be one of {', '.join(OVERFLOWS)}, got {overflow!r}")
-    if not isinstance(engine, str) or engine not in ENGINES:
-        raise ValueError(f"engine must be 'local' or 'ray', got {engine!r}")
+    overflow = as_choice(overflow, "overflow", OVERFLOWS)
+    engine = as_choice(engine, "engine", ENGINES)
     if workers is not None:
         workers = as_positive_int(workers, "workers")
     if rows_per_file is not None:
         rows_per_file = as_positive_int(rows_per_file, "rows_per_file")
     seed = as_seed(seed)
-    for name, value in (("progress", progress), ("verify", verify)):
-        if value is not None and not isinstance(value, (bool, np.bool_)):
-            raise TypeError(f"{name} must be True, False or None, got {type(value).__name__} {value!r}")
+    verify = as_bool(verify, "verify")
+    progress = None if progress is None else as_bool(progress, "progress")
     if ray_address is not None and not isinstance(ray_address, str):
         raise TypeError(f"ray_address must be a str such as 'auto', got {type(ray_address).__name__}")
     if columns is not None:

@@ -199,7 +199,7 @@ def pack_mlperf_bert(inputs, output_dir, max_sequences_per_pack: int = 3, *, met
         The metadata written to ``packing_metadata.json``.
     """
     from .. import methods, packing
-    from .._validate import as_positive_int, as_seed
+    from .._validate import as_bool, as_choice, as_positive_int, as_seed
     from . import _make_engine
 
     log = log or (lambda msg: None)
@@ -213,8 +213,10 @@ def pack_mlperf_bert(inputs, output_dir, max_sequences_per_pack: int = 3, *, met
     depth = as_positive_int(max_sequences_per_pack, "max_sequences_per_pack")
     R = as_positive_int(records_per_file, "records_per_file")
     seed = as_seed(seed)
-    if compression not in (None, "gzip"):
-        raise ValueError(f"compression must be None or 'gzip', got {compression!r}")
+    if compression is not None:
+        compression = as_choice(compression, "compression", ("gzip",))
+    engine = as_choice(engine, "engine", ("local", "ray"))
+    verify = as_bool(verify, "verify")
     out_dir = os.path.abspath(os.fspath(output_dir))
     parent = os.path.dirname(out_dir)
     os.makedirs(parent, exist_ok=True)
