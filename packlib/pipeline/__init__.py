@@ -269,7 +269,9 @@ def pack_files(inputs, output, max_sequence_length=None, max_sequences_per_pack=
     shards = expand_inputs(inputs)
     schema0 = read_schema(shards[0])
     if columns is None:  # every list column; the others are left out (and the summary says so)
-        columns = [f.name for f in schema0 if A._is_list(f.type)] or None
+        import pyarrow as pa
+
+        columns = [f.name for f in schema0 if pa.types.is_list(f.type) or pa.types.is_large_list(f.type)] or None
     try:
         cols = list(A.select_list_columns(schema0, columns))
     except (ValueError, TypeError) as exc:
