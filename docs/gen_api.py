@@ -16,6 +16,7 @@ sys.path.insert(0, str(ROOT))
 SECTIONS = [
     ("Histogram packing", ["histogram", "spfhp_pack", "lpfhp_pack", "nnls_pack", "PackingPlan"]),
     ("Per-sequence packing", ["ffd_pack", "bfd_pack", "Packs"]),
+    ("Any method by name", ["pack", "methods.names", "methods.get", "methods.Method"]),
     ("Near-optimal packing", ["optimal_pack", "lower_bound", "LowerBound"]),
     ("Comparison", ["compare", "ComparisonTable"]),
     ("Blended-dataset indices", ["blend", "blend_exhaustive", "BlendedIndex"]),
@@ -24,7 +25,7 @@ SECTIONS = [
     ("Plots (extra `plot`)", ["plot.histogram", "plot.plan", "plot.strategies", "plot.compare"]),
 ]
 # adapters are documented module by module
-MODULES = ["packlib.formats", "packlib.torch"]
+MODULES = ["packlib.formats", "packlib.pipeline", "packlib.torch"]
 
 
 def resolve(name):

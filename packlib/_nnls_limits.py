@@ -2,8 +2,8 @@
 
 NNLSHP's active-set solver prices one strategy per step with a dynamic programme over
 (sequences, tokens), ``O(D * L**2)`` per step, and needs a number of steps that grows with
-``L``: its run time grows about as ``L**3`` (34 s at ``L = 2048``, unlimited depth, on a
-shared 2-core machine; 3.3 s at ``L = 1024``, depth 3) and its scratch as ``L**2``. Above
+``L``: its run time grows about as ``L**3`` (``docs/guide.md`` has measured figures) and
+its scratch as ``L**2``. Above
 :data:`MAX_NNLS_LENGTH` it would run for minutes, so it refuses and says what to use
 instead: :func:`packlib.optimal_pack` (near-optimal, with a proven bound), LPFHP (a
 histogram heuristic) or BFD (per sequence).

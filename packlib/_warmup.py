@@ -38,7 +38,8 @@ def warmup(verbose: bool = False) -> float:
       :class:`~packlib.BucketedReadaheadBatchIterator` and :func:`~packlib.pack_stream`;
     - formats: the TFRecord framing and CRC-32C kernels, ``tf.train.Example`` encoding and
       decoding, and MLPerf BERT packing and unpacking (all in memory, no files), and, when
-      ``pyarrow`` is installed, Arrow table packing (:mod:`packlib.formats.arrow`).
+      ``pyarrow`` is installed, Arrow table packing (:mod:`packlib.formats.arrow`);
+    - the pipeline's exactly-once content hashes (:mod:`packlib.pipeline`).
 
     Parameters
     ----------
@@ -74,7 +75,7 @@ def warmup(verbose: bool = False) -> float:
 
     # (a histogram where the heuristics stay a pack above the bound, so optimal_pack rounds
     # the LP solution)
-    ho = np.array([3, 5, 3, 4, 4, 0, 3, 2, 1, 2, 2, 2, 4, 4], dtype=np.int64)
+    ho = np.array([5, 5, 2, 2, 2, 5, 0, 5, 0, 1, 3, 0, 3, 0, 3, 1, 3, 3], dtype=np.int64)  # reaches round_columns and depth_repair
     lower_bound(ho, max_sequence_length=ho.size, max_sequences_per_pack=3)
     optimal_pack(ho, max_sequence_length=ho.size, max_sequences_per_pack=3)
     _step("lower bounds and optimal packing", verbose, t0)
@@ -125,4 +126,13 @@ def warmup(verbose: bool = False) -> float:
         # segments in any order (the pipeline's spill files): the row-ordering kernel
         gather_packs(t, ["input_ids"], np.array([2, 0]), np.array([0, 0]), np.array([3, 2]), np.array([0, 2]))
         _step("arrow", verbose, t0)
+
+    # the pipeline's exactly-once hashes (numpy only)
+    from .pipeline._hash import hash_into, hash_packed_into
+
+    for dtype in (np.int32, np.int64):
+        hash_into(np.zeros(1, dtype=np.uint64), np.zeros(1, np.int64), np.ones(1, np.int64), np.ones(2, dtype=dtype))
+        hash_packed_into(np.zeros(1, dtype=np.uint64), np.array([0, 2]), np.array([0, 1]), np.array([2]),
+                         np.ones(2, dtype=dtype))
+    _step("pipeline", verbose, t0)
     return time.perf_counter() - t0

@@ -202,9 +202,11 @@ def pack_files(inputs, output, max_sequence_length=None, max_sequences_per_pack=
         Output directory; must not exist or be empty. Gets ``part-NNNNN-of-NNNNN.parquet``
         and ``packing_metadata.json``, all at once when the run succeeds.
     max_sequence_length : int
-        Pack capacity in tokens (``seq_length`` is accepted as an alias, TRL's name).
+        Pack capacity in tokens.
     max_sequences_per_pack : int or None, default None
         Depth limit; ``None`` for unlimited.
+    seq_length : int, optional
+        TRL's name for the capacity, accepted as a keyword alias of ``max_sequence_length``.
     columns : list of str, optional
         The list columns to pack together (default: every list column).
     method : str, default "bfd"

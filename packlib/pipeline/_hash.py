@@ -10,72 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._jit import jit
-
-_MUL = np.uint64(0x100000001B3)
-_GOLD = np.uint64(0x9E3779B97F4A7C15)
-_M1 = np.uint64(0xFF51AFD7ED558CCD)
-_M2 = np.uint64(0xC4CEB9FE1A85EC53)
-_K1, _K2, _K3 = np.uint64(0x243F6A8885A308D3), np.uint64(0x13198A2E03707344), np.uint64(0xA4093822299F31D0)
-_S29, _S33 = np.uint64(29), np.uint64(33)
-
-
-@jit
-def _fmix(h):  # pragma: no cover - compiled
-    h ^= h >> _S33
-    h *= _M1
-    h ^= h >> _S33
-    h *= _M2
-    h ^= h >> _S33
-    return h
-
-
-@jit
-def _hash_one(values, a, b):  # pragma: no cover - compiled
-    h0 = _GOLD ^ (np.uint64(b - a) * _M1)
-    h1 = h0 ^ _K1
-    h2 = h0 ^ _K2
-    h3 = h0 ^ _K3
-    j = a
-    while j + 4 <= b:
-        h0 = (h0 ^ np.uint64(np.int64(values[j]))) * _MUL
-        h1 = (h1 ^ np.uint64(np.int64(values[j + 1]))) * _MUL
-        h2 = (h2 ^ np.uint64(np.int64(values[j + 2]))) * _MUL
-        h3 = (h3 ^ np.uint64(np.int64(values[j + 3]))) * _MUL
-        h0 ^= h0 >> _S29
-        h1 ^= h1 >> _S29
-        h2 ^= h2 >> _S29
-        h3 ^= h3 >> _S29
-        j += 4
-    while j < b:
-        h0 = (h0 ^ np.uint64(np.int64(values[j]))) * _MUL
-        h0 ^= h0 >> _S29
-        j += 1
-    return _fmix(_fmix(_fmix(_fmix(h0) + h1) + h2) + h3)
-
-
-@jit
-def _hash_segments(starts, stops, values, out):  # pragma: no cover - compiled
-    for i in range(out.size):
-        out[i] = out[i] * _GOLD + _hash_one(values, starts[i], stops[i])
-
-
-@jit
-def _hash_packed(row_offsets, seg_offsets, seg_lengths, values, out):  # pragma: no cover - compiled
-    """Hash the segments of packed rows: row ``r`` holds ``values[row_offsets[r]:row_offsets[r+1]]``,
-    cut into ``seg_lengths[seg_offsets[r]:seg_offsets[r+1]]``. Returns the first row whose
-    segments do not add up to its length, or -1."""
-    for r in range(row_offsets.size - 1):
-        pos = row_offsets[r]
-        for s in range(seg_offsets[r], seg_offsets[r + 1]):
-            n = seg_lengths[s]
-            if n < 1 or pos + n > row_offsets[r + 1]:
-                return r
-            out[s] = out[s] * _GOLD + _hash_one(values, pos, pos + n)
-            pos += n
-        if pos != row_offsets[r + 1]:
-            return r
-    return -1
+from .._kernels.segment_hash import hash_packed as _hash_packed
+from .._kernels.segment_hash import hash_segments as _hash_segments
 
 
 def _as_hashable(values: np.ndarray) -> np.ndarray:
@@ -93,7 +29,7 @@ def hash_into(out: np.ndarray, starts: np.ndarray, stops: np.ndarray, values: np
 
 
 def hash_packed_into(out, row_offsets, seg_offsets, seg_lengths, values) -> int:
-    """Fold the hashes of the segments of packed rows into ``out`` (see ``_hash_packed``);
+    """Fold the hashes of the segments of packed rows into ``out`` (see :func:`packlib._kernels.segment_hash.hash_packed`);
     returns -1, or the first row whose ``seq_lengths`` do not add up to its length."""
     return int(_hash_packed(np.ascontiguousarray(row_offsets, dtype=np.int64),
                             np.ascontiguousarray(seg_offsets, dtype=np.int64),

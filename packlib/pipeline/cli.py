@@ -36,7 +36,13 @@ def _depth(text: str):
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    """Add the ``pack-dataset`` arguments to ``parser``."""
+    """Add the ``pack-dataset`` arguments to ``parser``.
+
+    Parameters
+    ----------
+    parser : argparse.ArgumentParser
+        The sub-command's parser (``python -m packlib pack-dataset``).
+    """
     from .. import methods
 
     parser.description = ("Pack Parquet files, datasets save_to_disk directories or unpacked MLPerf BERT TFRecords "
@@ -71,7 +77,13 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``pack-dataset``; returns the exit status."""
+    """Run ``pack-dataset``; returns the exit status.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        Parsed by a parser that :func:`configure_parser` set up.
+    """
     from . import PipelineError, VerifyError, pack_files
 
     if args.ray_address and args.engine != "ray":

@@ -89,7 +89,14 @@ def _dir_files(d: str) -> list[str]:
 
 def expand_inputs(inputs) -> list[Shard]:
     """The shards of the given files, directories and globs, in order (a directory's and a
-    glob's files sorted by name; each file once)."""
+    glob's files sorted by name; each file once).
+
+    Parameters
+    ----------
+    inputs : str, os.PathLike, or a sequence of them
+        Parquet files, ``save_to_disk`` directories, Arrow IPC files, TFRecord files,
+        directories holding them, or globs.
+    """
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
     paths: list[str] = []
@@ -179,7 +186,13 @@ def _parquet_batch_rows(f, batch_rows):
 
 
 def read_schema(shard: Shard):
-    """The Arrow schema of a shard."""
+    """The Arrow schema of a shard.
+
+    Parameters
+    ----------
+    shard : Shard
+        From :func:`expand_inputs`.
+    """
     try:
         if shard.kind == "parquet":
             import pyarrow.parquet as pq
@@ -193,7 +206,16 @@ def read_schema(shard: Shard):
 
 
 def iter_batches(shard: Shard, columns, batch_rows: int = 65536):
-    """Record batches (pyarrow) of the given columns of a shard, in row order."""
+    """Record batches (pyarrow) of the given columns of a shard, in row order.
+
+    Parameters
+    ----------
+    shard : Shard
+        From :func:`expand_inputs`.
+    columns : sequence of str
+    batch_rows : int, default 65536
+        Rows per batch (at most; Parquet batches also stay within a byte budget).
+    """
     try:
         if shard.kind == "parquet":
             import pyarrow.parquet as pq
