@@ -297,3 +297,14 @@ def test_a_worker_that_dies_writes_nothing(dataset, tmp_path, monkeypatch, capsy
     err = capsys.readouterr().err
     assert err.startswith("error: a worker process died") and err.count("\n") == 1
     assert os.listdir(tmp_path) == []
+
+
+def test_mlm_positions_must_lie_inside_their_sequence():
+    """Issue 15: positions past the sequence were accepted and written."""
+    from packlib.formats.mlperf_bert import BertSequences
+
+    with pytest.raises(ValueError, match=r"mlm_positions\[0\] = 5 is outside sequence 0, which has 3 tokens"):
+        BertSequences([0, 3], [1, 2, 3], [0, 0, 0], [0, 1], [5], [7], [1])
+    with pytest.raises(ValueError, match="outside sequence 1"):
+        BertSequences([0, 3, 5], [1, 2, 3, 4, 5], [0] * 5, [0, 1, 2], [2, 2], [7, 8], [1, 0])
+    assert BertSequences([0, 3], [1, 2, 3], [0, 0, 0], [0, 1], [2], [7], [1]).num_sequences == 1

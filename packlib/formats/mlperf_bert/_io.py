@@ -11,7 +11,7 @@ from ._model import BertSequences, build_packed_features, packed_schema, unpack_
 def _infer_widths(first_record: bytes, path: str) -> tuple[int, int]:
     from ..example import decode_example
 
-    d = decode_example(first_record)
+    d = decode_example(first_record, path=path, record=0)
     missing = {"input_ids", "masked_lm_ids"} - set(d)
     if missing:
         raise ValueError(f"{path}: record 0 is not an MLPerf BERT record (no {sorted(missing)}; it has {sorted(d)})")

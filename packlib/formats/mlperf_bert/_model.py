@@ -95,8 +95,20 @@ class BertSequences:
         lens = self.lengths
         if n and (lens.min() < 1 or lens.max() > self.max_sequence_length):
             raise ValueError(f"sequence lengths must be in [1, {self.max_sequence_length}]")
+        if n and (np.diff(self.seq_offsets) < 0).any() or n and (np.diff(self.mlm_offsets) < 0).any():
+            raise ValueError("seq_offsets and mlm_offsets must be non-decreasing")
         if n and np.diff(self.mlm_offsets).max(initial=0) > self.max_predictions:
             raise ValueError(f"a sequence has more than max_predictions = {self.max_predictions} predictions")
+        if self.mlm_positions.size:
+            # every prediction must point inside its own sequence (the writer trusts it)
+            owner = np.repeat(np.arange(n), np.diff(self.mlm_offsets))
+            bad = (self.mlm_positions < 0) | (self.mlm_positions >= lens[owner])
+            if bad.any():
+                k = int(np.flatnonzero(bad)[0])
+                raise ValueError(
+                    f"mlm_positions[{k}] = {self.mlm_positions[k]} is outside sequence {owner[k]}, which has "
+                    f"{lens[owner[k]]} tokens; positions count from 0 within their own sequence"
+                )
 
     @property
     def num_sequences(self) -> int:
