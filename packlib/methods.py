@@ -115,12 +115,8 @@ def pack(lengths, max_sequence_length, max_sequences_per_pack=None, *, method: s
 
     Parameters
     ----------
-    lengths : array_like of int
-        Length of each sample, in ``[1, max_sequence_length]``; sample ids are positions.
-    max_sequence_length : int
-        Pack capacity in tokens.
-    max_sequences_per_pack : int or None, default None
-        Depth limit; ``None`` for unlimited.
+    lengths, max_sequence_length, max_sequences_per_pack
+        As for :func:`packlib.ffd_pack`.
     method : str, default "bfd"
         A name from :func:`names`.
     seed : int, default 0

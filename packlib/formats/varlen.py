@@ -194,14 +194,7 @@ def mlperf_input_mask(lengths, max_sequence_length: int | None = None, *, row_le
 def attention_span(lengths, max_sequence_length: int | None = None, *, row_length: int | None = None) -> np.ndarray:
     """Cerebras ``attention_span``: counts down to each document's end (``n-1 .. 0``), 0 = padding.
 
-    Parameters
-    ----------
-    lengths : 1-D int array
-        Document lengths (>= 1), in order.
-    max_sequence_length : int
-        The row's width in tokens (at least ``sum(lengths)``).
-    row_length : int, optional
-        Deprecated spelling of ``max_sequence_length``.
+    Parameters as for :func:`mlperf_input_mask`.
     """
     lens, T = _row(lengths, max_sequence_length, row_length, "attention_span")
     out = np.zeros(T, dtype=np.int64)
@@ -213,14 +206,7 @@ def attention_span(lengths, max_sequence_length: int | None = None, *, row_lengt
 def torchtune_seq_lens(lengths, max_sequence_length: int | None = None, *, row_length: int | None = None) -> np.ndarray:
     """torchtune ``seq_lens``: the documents, then the padding as one last "sequence".
 
-    Parameters
-    ----------
-    lengths : 1-D int array
-        Document lengths (>= 1), in order.
-    max_sequence_length : int
-        The row's width in tokens (at least ``sum(lengths)``).
-    row_length : int, optional
-        Deprecated spelling of ``max_sequence_length``.
+    Parameters as for :func:`mlperf_input_mask`.
     """
     lens, T = _row(lengths, max_sequence_length, row_length, "torchtune_seq_lens")
     pad = T - int(lens.sum())
@@ -232,14 +218,7 @@ def torchtune_input_pos(lengths, max_sequence_length: int | None = None, *, row_
     """torchtune ``input_pos``: positions per document; padding positions keep counting
     from the last document's end.
 
-    Parameters
-    ----------
-    lengths : 1-D int array
-        Document lengths (>= 1), in order.
-    max_sequence_length : int
-        The row's width in tokens (at least ``sum(lengths)``).
-    row_length : int, optional
-        Deprecated spelling of ``max_sequence_length``.
+    Parameters as for :func:`mlperf_input_mask`.
     """
     lens, T = _row(lengths, max_sequence_length, row_length, "torchtune_input_pos")
     pos = position_ids(lens)
