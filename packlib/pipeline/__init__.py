@@ -188,6 +188,32 @@ def _make_engine(engine, workers, ray_address):
     return LocalEngine(workers if workers is not None else (os.cpu_count() or 1))
 
 
+class _StagedRun:
+    """A run's engine and its work directory beside the output: on any failure the engine
+    stops first (no worker writes after that), then the work directory goes, so a failed
+    run leaves nothing; the engine is closed however the run ends."""
+
+    def __init__(self, work: str, engine, workers, ray_address):
+        self.work, self._args, self.engine = work, (engine, workers, ray_address), None
+
+    def __enter__(self):
+        os.makedirs(os.path.join(self.work, "_spill"))
+        try:
+            self.engine = _make_engine(*self._args)
+        except BaseException:
+            shutil.rmtree(self.work, ignore_errors=True)
+            raise
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if self.engine is not None:
+            self.engine.close()
+            self.engine = None
+        if exc_type is not None:
+            shutil.rmtree(self.work, ignore_errors=True)
+        return False
+
+
 def pack_files(inputs, output, max_sequence_length=None, max_sequences_per_pack=None, *, seq_length=None,
                columns=None, method: str = "bfd", overflow: str = "truncate", engine: str = "local",
                workers: int | None = None, ray_address: str | None = None, rows_per_file: int | None = None,
@@ -282,8 +308,6 @@ def pack_files(inputs, output, max_sequence_length=None, max_sequences_per_pack=
     types = tuple(type_key(schema0.field(c).type) for c in cols)
 
     work = os.path.join(os.path.dirname(out), f".{os.path.basename(out)}.tmp-{uuid.uuid4().hex[:12]}")
-    os.makedirs(os.path.join(work, "_spill"))
-    eng = None
     seconds, peaks = {}, {}
 
     def note(results, k=-1):
@@ -291,8 +315,8 @@ def pack_files(inputs, output, max_sequence_length=None, max_sequences_per_pack=
             pid, rss = r[k]
             peaks[pid] = max(peaks.get(pid, 0), rss)
 
-    try:
-        eng = _make_engine(engine, workers, ray_address)
+    with _StagedRun(work, engine, workers, ray_address) as run:
+        eng = run.engine
         n_workers = eng.workers
         # load the packer's compiled kernels while the workers read lengths
         warm = threading.Thread(target=_warm_packer, args=(m.name,), daemon=True)
@@ -397,15 +421,6 @@ def pack_files(inputs, output, max_sequence_length=None, max_sequences_per_pack=
         if os.path.isdir(out):
             os.rmdir(out)  # empty (checked above)
         os.replace(work, out)
-    except BaseException:
-        if eng is not None:
-            eng.close()
-            eng = None
-        shutil.rmtree(work, ignore_errors=True)
-        raise
-    finally:
-        if eng is not None:
-            eng.close()
     pid, rss = _self_peak()
     peaks[pid] = max(peaks.get(pid, 0), rss)
     seconds["total"] = time.perf_counter() - t_start

@@ -200,7 +200,7 @@ def pack_mlperf_bert(inputs, output_dir, max_sequences_per_pack: int = 3, *, met
     """
     from .. import methods, packing
     from .._validate import as_bool, as_choice, as_positive_int, as_seed
-    from . import _make_engine
+    from . import _StagedRun
 
     log = log or (lambda msg: None)
     t_start = time.perf_counter()
@@ -221,10 +221,8 @@ def pack_mlperf_bert(inputs, output_dir, max_sequences_per_pack: int = 3, *, met
     parent = os.path.dirname(out_dir)
     os.makedirs(parent, exist_ok=True)
     work = os.path.join(parent, f".{os.path.basename(out_dir)}.tmp-{uuid.uuid4().hex[:12]}")
-    os.makedirs(os.path.join(work, "_spill"))
-    eng = None
-    try:
-        eng = _make_engine(engine, workers, ray_address)
+    with _StagedRun(work, engine, workers, ray_address) as run:
+        eng = run.engine
         job = BertJob(paths, work, max_sequences_per_pack=depth, compression=compression)
         res = eng.map(bert_lengths_task, [(job, i) for i in range(len(paths))], "reading", progress, unit="file")
         counts = np.array([r[0].size for r in res], dtype=np.int64)
@@ -301,15 +299,6 @@ def pack_mlperf_bert(inputs, output_dir, max_sequences_per_pack: int = 3, *, met
             log(f"verified: the {F} packed files hold each of the {n:,} input sequences exactly once "
                 f"({time.perf_counter() - t0:.1f} s)")
         _publish(work, out_dir)
-    except BaseException:
-        if eng is not None:
-            eng.close()
-            eng = None
-        shutil.rmtree(work, ignore_errors=True)
-        raise
-    finally:
-        if eng is not None:
-            eng.close()
     log(f"done in {time.perf_counter() - t_start:.1f} s")
     return meta
 
