@@ -24,38 +24,25 @@ from . import methods
 __all__ = ["main"]
 
 
-def _depth_arg(text: str):
-    if text.lower() in ("none", "unlimited", "max", "0"):
-        return None
+def _whole_number(text: str, lo: int, hi: int, what: str, shown: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1 or 'unlimited', got {text!r}") from None
-    if not 1 <= value <= 2**62:
-        raise argparse.ArgumentTypeError(f"must be in [1, 2**62], or 'unlimited'; got {value}")
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+    if not lo <= value <= hi:
+        raise argparse.ArgumentTypeError(f"must be in {shown}, got {value}")
     return value
+
+
+def _depth_arg(text: str):
+    if text.lower() in ("none", "unlimited", "max", "0"):
+        return None
+    return _whole_number(text, 1, 2**62, "a whole number >= 1 or 'unlimited'", "[1, 2**62], or 'unlimited'")
 
 
 def seed_arg(text: str) -> int:
     """``--seed``: a whole number in [0, 2**64)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}") from None
-    if not 0 <= value < 2**64:
-        raise argparse.ArgumentTypeError(f"must be in [0, 2**64), got {value}")
-    return value
-
-
-def positive_int_arg(text: str) -> int:
-    """A whole number in [1, 2**62]."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
-    if not 1 <= value <= 2**62:
-        raise argparse.ArgumentTypeError(f"must be in [1, 2**62], got {value}")
-    return value
+    return _whole_number(text, 0, 2**64 - 1, "a whole number >= 0", "[0, 2**64)")
 
 
 def _load_histogram(path):
