@@ -17,7 +17,7 @@ SECTIONS = [
     ("Histogram packing", ["histogram", "spfhp_pack", "lpfhp_pack", "nnls_pack", "PackingPlan"]),
     ("Per-sequence packing", ["ffd_pack", "bfd_pack", "Packs"]),
     ("Any method by name", ["pack", "methods.names", "methods.get", "methods.Method"]),
-    ("Near-optimal packing", ["optimal_pack", "lower_bound", "LowerBound"]),
+    ("Near-optimal packing", ["optimal_pack", "lower_bound", "LowerBound", "Certificate"]),
     ("Comparison", ["compare", "ComparisonTable"]),
     ("Blended-dataset indices", ["blend", "blend_exhaustive", "BlendedIndex"]),
     ("Bucketing and streaming", ["BucketedReadaheadBatchIterator", "bucket", "pack_stream"]),

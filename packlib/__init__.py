@@ -34,6 +34,7 @@ _EXPORTS = {
     "lower_bound": "optimal",
     "optimal_pack": "optimal",
     "LowerBound": "optimal",
+    "Certificate": "optimal",
     "blend": "blending",
     "blend_exhaustive": "blending",
     "BlendedIndex": "blending",
@@ -73,7 +74,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
     from .blending import BlendedIndex, blend, blend_exhaustive  # noqa: F401
     from .bucketing import Batches, BucketedReadaheadBatchIterator, PackStream, bucket, pack_stream  # noqa: F401
     from .comparison import ComparisonTable, compare  # noqa: F401
-    from .optimal import LowerBound, lower_bound, optimal_pack  # noqa: F401
+    from .optimal import Certificate, LowerBound, lower_bound, optimal_pack  # noqa: F401
     from .packing import (  # noqa: F401
         PackingPlan,
         Packs,
