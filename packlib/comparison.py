@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import html
 import time
+import warnings
 from dataclasses import asdict, dataclass
 from typing import Iterable, Sequence
 
@@ -161,6 +162,18 @@ def compare(
     [('spfhp', 4, 0), ('optimal', 4, 0)]
     """
     h = as_histogram(histogram)
+    if isinstance(max_sequence_length, str) or (
+        isinstance(max_sequence_length, (list, tuple)) and all(isinstance(m, str) for m in max_sequence_length)
+    ):  # compare(h, methods, depths), the 0.1 spelling: methods were second
+        if methods is not None:
+            raise TypeError("compare() got methods twice: by position (the 0.1 spelling) and by keyword")
+        warnings.warn(
+            f"compare(histogram, {max_sequence_length!r}, ...) passes the methods second, the 0.1 spelling; "
+            f"the second argument is now max_sequence_length: write compare(histogram, methods={max_sequence_length!r})",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        methods, max_sequence_length = max_sequence_length, None
     max_sequence_length = as_optional_int(max_sequence_length, "max_sequence_length", minimum=1)
     if methods is None:
         names = list(_registry.names("histogram"))

@@ -274,3 +274,14 @@ def test_plan_json_round_trip_keeps_registry_names():
         PackingPlan.from_dict([1, 2])
     with pytest.raises(ValueError, match="lacks repeat_counts"):
         PackingPlan.from_dict({"max_sequence_length": 4, "strategies": [[1]]})
+
+
+def test_compare_old_positional_methods_warn():
+    with pytest.warns(DeprecationWarning, match="compare\\(histogram, methods="):
+        table = packlib.compare(H, ["spfhp", "lpfhp"], (3,))
+    assert [r.method for r in table] == ["spfhp", "lpfhp"] and [r.depth for r in table] == [3, 3]
+    with pytest.warns(DeprecationWarning):
+        assert [r.method for r in packlib.compare(H, "spfhp", 3)] == ["spfhp"]
+    with pytest.raises(TypeError, match="methods twice"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        packlib.compare(H, ["spfhp"], methods=["lpfhp"])
