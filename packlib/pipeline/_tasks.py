@@ -98,6 +98,45 @@ def check_schema(job: Job, shard: Shard, schema) -> None:
                              "give inputs with one schema")
 
 
+class _StagedIpcFile:
+    """An Arrow IPC file written under a temporary name and moved to ``path`` by
+    :meth:`commit`; if the block fails first, the temporary file is removed and ``path``
+    is never touched (so a retried or failed task leaves no half-written file)."""
+
+    def __init__(self, path: str):
+        self.path, self.tmp, self.writer = path, f"{path}.tmp{os.getpid()}", None
+
+    def write(self, batch) -> None:
+        if self.writer is None:
+            import pyarrow as pa
+
+            self.writer = pa.ipc.new_file(self.tmp, batch.schema)
+        self.writer.write_batch(batch)
+
+    def commit(self, schema=None) -> None:
+        """Publish what was written; with nothing written, an empty file of ``schema``
+        (or no file at all when ``schema`` is None)."""
+        if self.writer is None:
+            if schema is None:
+                return
+            import pyarrow as pa
+
+            self.writer = pa.ipc.new_file(self.tmp, schema)
+        self.writer.close()
+        self.writer = None
+        os.replace(self.tmp, self.path)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        if self.writer is not None:
+            self.writer.close()
+        if os.path.exists(self.tmp):
+            os.remove(self.tmp)
+        return False
+
+
 def lengths_task(job: Job, i: int):
     """Pass 1: the row lengths of shard ``i`` (int32), checked against the capacity.
 
@@ -111,10 +150,8 @@ def lengths_task(job: Job, i: int):
     check_schema(job, shard, read_schema(shard))
     cols = list(job.columns)
     cache = job.cached(shard)
-    path = job.cache_path(i)
-    tmp = f"{path}.tmp{os.getpid()}"
-    writer, parts, r0 = None, [np.zeros(0, dtype=np.int64)], 0
-    try:
+    parts, r0 = [np.zeros(0, dtype=np.int64)], 0
+    with _StagedIpcFile(job.cache_path(i)) as copy:
         for batch in iter_batches(shard, cols):
             try:
                 parts.append(np.asarray(A.row_lengths(batch, cols), dtype=np.int64))
@@ -122,20 +159,9 @@ def lengths_task(job: Job, i: int):
                 raise InputError(f"{shard.path}: rows {r0}..{r0 + batch.num_rows - 1}: {exc}") from None
             r0 += batch.num_rows
             if cache:
-                if writer is None:
-                    writer = pa.ipc.new_file(tmp, batch.schema)
-                writer.write_batch(batch)
+                copy.write(batch)
         if cache:
-            if writer is None:
-                writer = pa.ipc.new_file(tmp, pa.schema([read_schema(shard).field(c) for c in cols]))
-            writer.close()
-            writer = None
-            os.replace(tmp, path)
-    finally:
-        if writer is not None:
-            writer.close()
-        if os.path.exists(tmp):
-            os.remove(tmp)
+            copy.commit(pa.schema([read_schema(shard).field(c) for c in cols]))
     lengths = np.concatenate(parts)
     L = job.max_sequence_length
     if job.overflow == "error" and lengths.size and lengths.max() > L:
@@ -166,12 +192,10 @@ def spill_task(job: Job, i: int, num_rows: int, seg_row, seg_start, seg_len, seg
     cols = list(job.columns)
     nseg = seg_row.size
     hashes = np.zeros(nseg, dtype=np.uint64)
-    path = job.spill_path(i)
-    tmp = f"{path}.tmp{os.getpid()}"
-    writer, file_of_batch = None, []
+    file_of_batch = []
 
     r0 = k = 0
-    try:
+    with _StagedIpcFile(job.spill_path(i)) as spill:
         source = Shard(job.cache_path(i), "arrow-file") if job.cached(shard) else shard
         for batch in iter_batches(source, cols):
             r1 = r0 + batch.num_rows
@@ -192,29 +216,19 @@ def spill_task(job: Job, i: int, num_rows: int, seg_row, seg_start, seg_len, seg
                 fs = f[order]
                 g = A.gather_packs(table, cols, rows[order], st[order], ln[order], np.arange(rows.size + 1))
                 g = g.select(cols).append_column(POS, pa.array(seg_pos[k:k2][order]))
-                if writer is None:
-                    writer = pa.ipc.new_file(tmp, g.schema)
                 cuts = np.flatnonzero(np.diff(fs)) + 1
                 bounds = np.concatenate(([0], cuts, [fs.size]))
                 batches = g.to_batches()
                 (b,) = batches if len(batches) == 1 else g.combine_chunks().to_batches()
                 for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
-                    writer.write_batch(b.slice(lo, hi - lo))  # one batch per output file
+                    spill.write(b.slice(lo, hi - lo))  # one batch per output file
                     file_of_batch.append(int(fs[lo]))
                 del g
             k, r0 = k2, r1
         if r0 != num_rows or k != nseg:
             raise InputError(f"{shard.path}: has {r0} rows now but {num_rows} in pass 1; "
                              "the file changed while it was being packed; run again")
-        if writer is not None:
-            writer.close()
-            writer = None
-            os.replace(tmp, path)
-    finally:
-        if writer is not None:
-            writer.close()
-        if os.path.exists(tmp):
-            os.remove(tmp)
+        spill.commit()
     return np.asarray(file_of_batch, dtype=np.int32), hashes, _peak()
 
 
