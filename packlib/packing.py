@@ -46,7 +46,6 @@ __all__ = [
 ]
 
 
-_readonly = readonly
 
 # Histogram packers build arrays over 1..L; above this capacity they would need gigabytes.
 MAX_HISTOGRAM_LENGTH = 2**24
@@ -169,7 +168,7 @@ class Packs(_GroupedIds, _Figures):
             i = int(np.flatnonzero(indices < 0)[0])
             raise ValueError(f"indices must be sample ids >= 0, got {indices[i]} at position {i}")
         for name, value in (("offsets", offsets), ("indices", indices), ("lengths", lengths)):
-            object.__setattr__(self, name, _readonly(value))
+            object.__setattr__(self, name, readonly(value))
         object.__setattr__(self, "max_sequence_length", as_positive_int(self.max_sequence_length, "max_sequence_length"))
         object.__setattr__(self, "max_sequences_per_pack", as_depth(self.max_sequences_per_pack))
 
@@ -178,7 +177,7 @@ class Packs(_GroupedIds, _Figures):
         """Wrap arrays a kernel built from validated input (skips the O(N) checks)."""
         self = object.__new__(cls)
         for name, value in (("offsets", offsets), ("indices", indices), ("lengths", lengths)):
-            object.__setattr__(self, name, _readonly(value))
+            object.__setattr__(self, name, readonly(value))
         object.__setattr__(self, "max_sequence_length", int(max_sequence_length))
         object.__setattr__(self, "max_sequences_per_pack", max_sequences_per_pack)
         return self
@@ -372,8 +371,8 @@ class PackingPlan(_Figures):
         d = self.max_sequences_per_pack
         if d is not None and s.shape[1] > d:
             raise ValueError(f"a strategy holds {s.shape[1]} sequences > max_sequences_per_pack = {d}")
-        object.__setattr__(self, "strategies", _readonly(s))
-        object.__setattr__(self, "counts", _readonly(c))
+        object.__setattr__(self, "strategies", readonly(s))
+        object.__setattr__(self, "counts", readonly(c))
         object.__setattr__(self, "max_sequence_length", L)
 
     # -- derived figures ---------------------------------------------------------------
