@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from importlib import import_module
 from typing import Callable
 
+from ._names import ALIASES, NAMES
+
 __all__ = ["Method", "get", "names", "pack"]
 
 
@@ -45,26 +47,33 @@ class Method:
     summary: str
     _module: str
     _function: str
+    _checked: str
 
     @property
     def function(self) -> Callable:
         """The public packing function."""
         return getattr(import_module(f".{self._module}", __package__), self._function)
 
+    @property
+    def _run(self) -> Callable:
+        # the packer's body behind its checks, for callers that checked the arguments once
+        # already: histogram methods (h, L, depth) -> PackingPlan, sequence methods
+        # (lengths, L, depth) -> Packs (docs/design.md, "Validation")
+        return getattr(import_module(f".{self._module}", __package__), self._checked)
+
 
 _METHODS = {
     m.name: m
     for m in (
-        Method("spfhp", "histogram", "shortest-pack-first histogram packing (Krell et al., 2021)", "packing", "spfhp_pack"),
-        Method("lpfhp", "histogram", "longest-pack-first histogram packing (Krell et al., 2021)", "packing", "lpfhp_pack"),
-        Method("nnls", "histogram", "non-negative least-squares histogram packing (NNLSHP)", "packing", "nnls_pack"),
-        Method("optimal", "histogram", "near-optimal histogram packing with a proven lower bound", "optimal", "optimal_pack"),
-        Method("ffd", "sequence", "first-fit decreasing, per sequence", "packing", "ffd_pack"),
-        Method("bfd", "sequence", "best-fit decreasing, per sequence", "packing", "bfd_pack"),
+        Method("spfhp", "histogram", "shortest-pack-first histogram packing (Krell et al., 2021)", "packing", "spfhp_pack", "_spfhp"),
+        Method("lpfhp", "histogram", "longest-pack-first histogram packing (Krell et al., 2021)", "packing", "lpfhp_pack", "_lpfhp"),
+        Method("nnls", "histogram", "non-negative least-squares histogram packing (NNLSHP)", "packing", "nnls_pack", "_nnls"),
+        Method("optimal", "histogram", "near-optimal histogram packing with a proven lower bound", "optimal", "optimal_pack", "_optimal"),
+        Method("ffd", "sequence", "first-fit decreasing, per sequence", "packing", "ffd_pack", "_ffd"),
+        Method("bfd", "sequence", "best-fit decreasing, per sequence", "packing", "bfd_pack", "_bfd"),
     )
 }
-# other spellings users may know; each maps to exactly one registry name
-_ALIASES = {"nnlshp": "nnls"}
+assert tuple(_METHODS) == NAMES, "the registry and packlib._names list the same methods"
 
 
 def names(kind: str | None = None) -> tuple[str, ...]:
@@ -98,7 +107,7 @@ def get(name, *, kind: str | None = None) -> Method:
     if not isinstance(name, str):
         raise TypeError(f"method must be a method name (str), got {type(name).__name__} {name!r}; "
                         f"choose from {', '.join(names(kind))}")
-    method = _METHODS.get(_ALIASES.get(name.lower(), name.lower()))
+    method = _METHODS.get(ALIASES.get(name.lower(), name.lower()))
     if method is None or (kind is not None and method.kind != kind):
         what = "method" if kind is None else f"{kind} method"
         raise ValueError(f"unknown {what} {name!r}; choose from {', '.join(names(kind))}")
@@ -133,14 +142,22 @@ def pack(lengths, max_sequence_length, max_sequences_per_pack=None, *, method: s
     [2, 2, 1]
     """
     from ._validate import as_depth, as_lengths, as_positive_int, as_seed
-    from .packing import histogram
 
     m = get(method)
     L = as_positive_int(max_sequence_length, "max_sequence_length")
-    lens = as_lengths(lengths, L)
-    depth = as_depth(max_sequences_per_pack)
-    seed = as_seed(seed)
-    if m.kind == "sequence":
-        return m.function(lens, L, depth)
-    plan = m.function(histogram(lens, L), max_sequences_per_pack=depth)
-    return plan.assign(lens, seed=seed)
+    return _pack(as_lengths(lengths, L), L, as_depth(max_sequences_per_pack), m, as_seed(seed))
+
+
+def _pack(lengths, max_sequence_length: int, max_sequences_per_pack, method: Method, seed: int):
+    """:func:`pack` of arguments already checked (int64 lengths in ``[1, L]``, a
+    :class:`Method`, a seed in ``[0, 2**64)``): what adapters call after their one check."""
+    from ._histogram import MAX_HISTOGRAM_LENGTH, _histogram
+    from ._validate import as_positive_int
+
+    L, depth = max_sequence_length, max_sequences_per_pack
+    if method.kind == "sequence":
+        return method._run(lengths, L, depth)
+    as_positive_int(L, "max_sequence_length", maximum=MAX_HISTOGRAM_LENGTH,
+                    hint=f"the {method.name} method packs a histogram, one count per length; use method='bfd' or 'ffd'")
+    plan = method._run(_histogram(lengths, L), L, depth)
+    return plan._assign(lengths, seed)

@@ -269,13 +269,13 @@ def test_int32_offset_limit_splits_output_chunks(monkeypatch):
     """A list column whose packed values would pass 2**31 - 1 is cut into several chunks."""
     table = _make_table(list(np.random.default_rng(3).integers(0, 20, 200)), value_type=pa.int32())
     want = A.pack_table(table, 16, overflow="split", position_ids=True)
-    monkeypatch.setattr(A, "_MAX_OFFSET", 40)
+    monkeypatch.setattr(A._gather, "_MAX_OFFSET", 40)
     got = A.pack_table(table, 16, overflow="split", position_ids=True)
     assert got.column("ids").num_chunks > 1
     assert all(c.offsets[-1].as_py() <= 40 for c in got.column("x").chunks)
     assert got.to_pydict() == want.to_pydict()
     with pytest.raises(ValueError, match="large_list"):
-        monkeypatch.setattr(A, "_MAX_OFFSET", 10)
+        monkeypatch.setattr(A._gather, "_MAX_OFFSET", 10)
         A.pack_table(table, 16, overflow="split")
 
 

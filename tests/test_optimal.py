@@ -270,7 +270,7 @@ def test_lower_bound_result_type():
 @given(small_histograms(max_len=14, max_count=3), DEPTHS, st.integers(0, 2**32 - 1))
 @settings(max_examples=30)
 def test_price_kernel_matches_enumeration(h, depth, seed):
-    from packlib.optimal import _caps, _kernel_depth, _max_items
+    from packlib.optimal._lp import _caps, _kernel_depth, _max_items
 
     L = len(h)
     y = np.random.default_rng(seed).random(L)
@@ -346,7 +346,7 @@ def test_linprog_fallback_gives_the_same_bound(monkeypatch):
     rng = np.random.default_rng(7)
     h = rng.integers(0, 50, 40) * (rng.random(40) < 0.5)
     fast = packlib.lower_bound(h, max_sequences_per_pack=3)
-    monkeypatch.setattr(packlib.optimal, "_USE_HIGHS_BINDINGS", False)
+    monkeypatch.setattr(packlib.optimal._tuning, "USE_HIGHS_BINDINGS", False)
     slow = packlib.lower_bound(h, max_sequences_per_pack=3)
     assert slow.lp_bound == fast.lp_bound and slow.lp_value == pytest.approx(fast.lp_value)
     assert abs(slow.lp_value - exact_lp(h, 3)) <= 1e-6 * max(1.0, slow.lp_value)
@@ -455,7 +455,7 @@ def test_long_context_path_brackets_the_optimum(h, depth):
 
     import packlib.optimal
 
-    with mock.patch.object(packlib.optimal, "_LONG_CONTEXT", 0), mock.patch.object(packlib.optimal, "_LP_LENGTHS", 0):
+    with mock.patch.object(packlib.optimal._tuning, "LONG_CONTEXT", 0), mock.patch.object(packlib.optimal._tuning, "LP_LENGTHS", 0):
         plan = packlib.optimal_pack(h, max_sequences_per_pack=depth)
         lb = packlib.lower_bound(h, max_sequences_per_pack=depth)
     check_plan(plan, h, depth)
@@ -574,6 +574,6 @@ def mock_long_context():
     import packlib.optimal
 
     stack = ExitStack()
-    stack.enter_context(mock.patch.object(packlib.optimal, "_LONG_CONTEXT", 0))
-    stack.enter_context(mock.patch.object(packlib.optimal, "_LP_LENGTHS", 0))
+    stack.enter_context(mock.patch.object(packlib.optimal._tuning, "LONG_CONTEXT", 0))
+    stack.enter_context(mock.patch.object(packlib.optimal._tuning, "LP_LENGTHS", 0))
     return stack

@@ -116,17 +116,17 @@ def test_scipy_floor_has_the_highs_bindings():
 
 def test_fast_highs_path_is_taken(monkeypatch):
     """Fails if the installed scipy makes optimal.py fall back to linprog per round."""
-    from packlib import optimal
+    from packlib.optimal import _lp, _solver, _tuning
 
-    assert optimal._USE_HIGHS_BINDINGS
+    assert _tuning.USE_HIGHS_BINDINGS
     made = []
 
-    class Recorded(optimal._Master):
+    class Recorded(_lp._Master):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             made.append(self)
 
-    monkeypatch.setattr(optimal, "_Master", Recorded)
+    monkeypatch.setattr(_solver, "_Master", Recorded)
     h = np.array([3, 5, 3, 4, 4, 0, 3, 2, 1, 2, 2, 2, 4, 4])  # the heuristics miss the bound: LP needed
     packlib.lower_bound(h, max_sequence_length=h.size, max_sequences_per_pack=3)
     assert made, "lower_bound built no master LP: this test no longer sees the LP path"

@@ -139,7 +139,7 @@ def test_packs_index_and_seed_fuzzed(label, value):
 def test_plan_constructor_fuzzed(strategies, counts, L):
     def build():
         rows = strategies if isinstance(strategies, list) else [strategies]
-        return PackingPlan(packlib.packing._pad_rows(rows), counts, L, None)
+        return PackingPlan(packlib._plan._pad_rows(rows), counts, L, None)
 
     outcome, plan = assert_clear_error_or(build, None)
     if outcome == "ok":

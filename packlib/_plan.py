@@ -1,0 +1,371 @@
+"""The result of every histogram packer: :class:`PackingPlan`, strategies and their counts."""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ._histogram import _histogram
+from ._names import registry_name
+from ._packs import Packs, _Figures, _html_table
+from ._validate import (
+    as_depth,
+    as_int_array,
+    as_lengths,
+    as_nonnegative_int,
+    as_positive_int,
+    as_seed,
+    check_total,
+    exact_sum,
+    readonly,
+    seed_to_int64,
+)
+
+__all__ = ["PackingPlan"]
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class PackingPlan(_Figures):
+    """A histogram packing: strategies and how many packs use each.
+
+    Attributes
+    ----------
+    strategies : int64 array, shape ``(S, D)``
+        One strategy per row: the lengths of the sequences in one pack, in descending
+        order, zero-padded to the widest strategy. Rows are distinct.
+    counts : int64 array, shape ``(S,)``
+        How many packs use each strategy (all > 0).
+    max_sequence_length : int
+        Capacity of a pack in tokens (``L``).
+    max_sequences_per_pack : int or None
+        Depth limit (``None``: unlimited).
+    method : str
+        Which packer produced the plan.
+    lower_bound : int or None
+        A proven lower bound on the number of packs for this histogram and depth, when the
+        packer computed one (see :func:`packlib.optimal_pack`); ``gap`` is then
+        ``num_packs - lower_bound``.
+    bound : LowerBound or None
+        The full proof behind ``lower_bound`` (with its checkable certificate), when the
+        packer computed one.
+    status : int
+        How the packer stopped, in the manner of :class:`scipy.optimize.OptimizeResult`:
+        ``0`` finished normally; other codes are documented by the packer that sets them
+        (e.g. ``1``: stopped by ``time_limit``). ``success`` is ``status == 0``.
+    message : str
+        A sentence saying how the packer stopped (empty for packers that always finish).
+
+    A plan holds only real sequences, so ``plan.histogram()`` equals the histogram it was
+    built from, exactly.
+    """
+
+    strategies: np.ndarray
+    counts: np.ndarray
+    max_sequence_length: int
+    max_sequences_per_pack: int | None = None
+    method: str = ""
+    lower_bound: int | None = None
+    info: dict = field(default_factory=dict)
+    bound: object = None
+    status: int = 0
+    message: str = ""
+
+    def __post_init__(self):
+        L = as_positive_int(self.max_sequence_length, "max_sequence_length")
+        s = _as_strategies(self.strategies)
+        c = as_int_array(self.counts, "counts", minimum=0)
+        if s.shape[0] != c.shape[0]:
+            raise ValueError(f"strategies has {s.shape[0]} rows but counts has {c.shape[0]} entries: give one count per strategy")
+        if s.size and ((s < 0).any() or (s > L).any() or (s.sum(axis=1) > L).any()):
+            raise ValueError("every strategy must hold lengths in [1, max_sequence_length] summing to at most it (0 pads a row)")
+        per_row = (s > 0).sum(axis=1)
+        check_total(exact_sum(c), "counts", "number of packs")
+        check_total(exact_sum(c, per_row), "counts", "number of sequences")
+        check_total(exact_sum(c, s.sum(axis=1)), "counts", "number of tokens")
+        s, c = _canonical_plan(s, c)
+        object.__setattr__(self, "max_sequences_per_pack", as_depth(self.max_sequences_per_pack))
+        if self.lower_bound is not None:
+            object.__setattr__(self, "lower_bound", as_nonnegative_int(self.lower_bound, "lower_bound", maximum=None))
+        if not isinstance(self.method, str):
+            raise TypeError(f"method must be a str, got {type(self.method).__name__}")
+        d = self.max_sequences_per_pack
+        if d is not None and s.shape[1] > d:
+            raise ValueError(f"a strategy holds {s.shape[1]} sequences > max_sequences_per_pack = {d}")
+        object.__setattr__(self, "strategies", readonly(s))
+        object.__setattr__(self, "counts", readonly(c))
+        object.__setattr__(self, "max_sequence_length", L)
+
+    # -- derived figures ---------------------------------------------------------------
+    @property
+    def num_strategies(self) -> int:
+        return self.counts.size
+
+    @property
+    def num_packs(self) -> int:
+        return int(self.counts.sum())
+
+    @property
+    def num_sequences(self) -> int:
+        return int(((self.strategies > 0).sum(axis=1) * self.counts).sum())
+
+    @property
+    def num_tokens(self) -> int:
+        return int((self.strategies.sum(axis=1) * self.counts).sum())
+
+    @property
+    def speedup(self) -> float:
+        """Sequences per pack: the speed-up over one padded sequence per row."""
+        return self.num_sequences / self.num_packs if self.num_packs else 1.0
+
+    @property
+    def speedup_limit(self) -> float:
+        """``n * L / tokens``: the speed-up of a packing with no padding at all."""
+        t = self.num_tokens
+        return self.num_sequences * self.max_sequence_length / t if t else 1.0
+
+    @property
+    def success(self) -> bool:
+        """Whether the packer finished normally (``status == 0``)."""
+        return self.status == 0
+
+    @property
+    def gap(self) -> int | None:
+        """Packs above the proven lower bound (``None`` when no bound was computed)."""
+        return None if self.lower_bound is None else self.num_packs - int(self.lower_bound)
+
+    @property
+    def max_pack_size(self) -> int:
+        """The most sequences any pack of the plan holds (at most ``max_sequences_per_pack``)."""
+        return self.strategies.shape[1]
+
+    @property
+    def depth(self) -> int:
+        """Deprecated: the most sequences any pack holds; use :attr:`max_pack_size`.
+        ("Depth" elsewhere in packlib means the limit, ``max_sequences_per_pack``.)"""
+        warnings.warn("PackingPlan.depth is deprecated: it is the widest strategy, not the depth limit; "
+                      "use plan.max_pack_size (or plan.max_sequences_per_pack for the limit)",
+                      DeprecationWarning, stacklevel=2)
+        return self.max_pack_size
+
+    def histogram(self) -> np.ndarray:
+        """The length histogram this plan packs (int64, length ``L``)."""
+        flat = self.strategies.ravel()
+        weights = np.repeat(self.counts, self.strategies.shape[1])
+        keep = flat > 0
+        return _weighted_bincount(flat[keep] - 1, weights[keep], self.max_sequence_length)
+
+    # -- plan -> packs ------------------------------------------------------------------
+    def assign(self, lengths, seed: int = 0) -> Packs:
+        """Turn the plan into packs of real sample ids.
+
+        Sample ``i`` has length ``lengths[i]``. Packs come out in plan order (strategy by
+        strategy); among samples of equal length, which pack gets which sample is a random
+        permutation drawn from ``seed``: the same lengths and seed give the same packs on
+        every run and machine. Call :meth:`Packs.shuffled` to shuffle the pack order.
+
+        Parameters
+        ----------
+        lengths : array_like of int
+            The length of every sample; their histogram must equal ``plan.histogram()``
+            (``ValueError`` otherwise, naming the first lengths that differ).
+        seed : int, default 0
+            In ``[0, 2**64)``.
+
+        Returns
+        -------
+        Packs
+            Memory: the output (2.5 int64 per sequence) and O(L) scratch.
+        """
+        return self._assign(as_lengths(lengths, self.max_sequence_length), as_seed(seed))
+
+    def _assign(self, lengths: np.ndarray, seed: int) -> Packs:
+        """:meth:`assign` of lengths and a seed already checked (int64 in ``[1, L]``)."""
+        from ._kernels.assign import assign_plan
+
+        L = self.max_sequence_length
+        got = _histogram(lengths, L)
+        want = self.histogram()
+        if not np.array_equal(got, want):
+            diff = np.flatnonzero(got != want)
+            shown = ", ".join(f"length {i + 1}: {got[i]} given vs {want[i]} planned" for i in diff[:5])
+            more = f" (and {diff.size - 5} more lengths)" if diff.size > 5 else ""
+            raise ValueError(
+                f"lengths do not match the plan's histogram: {shown}{more}; "
+                "build the plan from histogram(lengths, max_sequence_length)"
+            )
+        offsets, indices, out_lengths = assign_plan(self.strategies, self.counts, lengths, L, seed_to_int64(seed))
+        return Packs._unchecked(offsets, indices, out_lengths, L, self.max_sequences_per_pack)
+
+    # -- export -------------------------------------------------------------------------
+    def top_strategies(self, k: int = 8) -> list[tuple[list[int], int]]:
+        """The ``k`` most used strategies as ``(lengths, count)``, most used first.
+
+        Parameters
+        ----------
+        k : int, default 8
+        """
+        k = as_nonnegative_int(k, "k")
+        order = np.lexsort((np.arange(self.num_strategies), -self.counts))[:k]
+        return [([int(x) for x in self.strategies[i] if x], int(self.counts[i])) for i in order]
+
+    def to_dict(self) -> dict:
+        """A JSON-ready summary using the MLPerf BERT packing-metadata keys.
+
+        The MLPerf keys (``sequences_dropped``, ``num_strategies_utilized``,
+        ``new_number_of_samples``, ``original_number_of_samples``, ``compression_ratio``,
+        ``expected_speedup``, ``theoretical_speedup``, ``avg_seq_per_sample``,
+        ``padding_tokens_original_dataset``, ``padding_tokens_packed_dataset``,
+        ``packing_efficiency``, ``top_8_strategies``) are followed by the plan itself
+        (``strategies``, ``repeat_counts``, ...), so :meth:`from_dict` can rebuild it.
+        """
+        n, p, L = self.num_sequences, self.num_packs, self.max_sequence_length
+        d = {
+            "sequences_dropped": 0,
+            "num_strategies_utilized": self.num_strategies,
+            "new_number_of_samples": p,
+            "original_number_of_samples": n,
+            "compression_ratio": 1.0 - p / n if n else 0.0,
+            "expected_speedup": self.speedup,
+            "theoretical_speedup": self.speedup_limit,
+            "avg_seq_per_sample": self.speedup,
+            "padding_tokens_original_dataset": n * L - self.num_tokens,
+            "padding_tokens_packed_dataset": self.padding_tokens,
+            "packing_efficiency": self.efficiency,
+            "top_8_strategies": [s for s, _ in self.top_strategies(8)],
+            "method": self.method,
+            "max_sequence_length": L,
+            "max_sequences_per_pack": self.max_sequences_per_pack,
+            "lower_bound": self.lower_bound,
+            "strategies": [[int(x) for x in row if x] for row in self.strategies],
+            "repeat_counts": self.counts.tolist(),
+        }
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "PackingPlan":
+        """Rebuild a plan from a dict.
+
+        Parameters
+        ----------
+        d : dict
+            :meth:`to_dict` output, or any dict with ``max_sequence_length``, ``strategies``
+            and ``repeat_counts`` (such as the reference packers' JSON outputs).
+        """
+        if not isinstance(d, dict):
+            raise TypeError(f"from_dict takes a dict (e.g. json.load of to_dict's output), got {type(d).__name__}")
+        missing = [k for k in ("max_sequence_length", "strategies", "repeat_counts") if k not in d]
+        if missing:
+            raise ValueError(f"plan dict lacks {', '.join(missing)}: give to_dict()'s output or the reference packers' JSON")
+        L = as_positive_int(d["max_sequence_length"], "max_sequence_length")
+        depth = d.get("max_sequences_per_pack")
+        depth = None if depth in (None, "max") else as_positive_int(depth, "max_sequences_per_pack")
+        strategies = _pad_rows(d["strategies"])
+        method = d.get("method", d.get("algo", ""))
+        return cls(strategies, as_int_array(d["repeat_counts"], "repeat_counts"), L, depth,
+                   method=registry_name(method), lower_bound=d.get("lower_bound"))
+
+    def report(self, top: int = 5) -> str:
+        """The packing report: efficiency, speed-up against its limit, top strategies.
+
+        Parameters
+        ----------
+        top : int, default 5
+            How many of the most used strategies to list.
+        """
+        depth = "unlimited" if self.max_sequences_per_pack is None else self.max_sequences_per_pack
+        lines = [
+            f"PackingPlan[{self.method or 'custom'}]: {self.num_sequences:,} sequences -> {self.num_packs:,} packs "
+            f"of {self.max_sequence_length} tokens (max {depth} per pack, {self.num_strategies:,} strategies)",
+            f"  efficiency   {100 * self.efficiency:.3f} %   ({self.padding_tokens:,} padding tokens)",
+            f"  speed-up     {self.speedup:.4f}x of a limit of {self.speedup_limit:.4f}x "
+            f"({100 * self.speedup / self.speedup_limit:.2f} % of the limit)",
+        ]
+        if self.lower_bound is not None:
+            lines.append(f"  lower bound  {int(self.lower_bound):,} packs (gap {self.gap:,} packs)")
+        if self.num_strategies:
+            lines.append("  top strategies:")
+            for lens, cnt in self.top_strategies(top):
+                lines.append(f"    {cnt:>12,} x {lens}")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return self.report()
+
+    def _repr_html_(self) -> str:
+        depth = "unlimited" if self.max_sequences_per_pack is None else str(self.max_sequences_per_pack)
+        rows = [
+            ("method", self.method or "custom"),
+            ("sequences → packs", f"{self.num_sequences:,} → {self.num_packs:,}"),
+            ("max_sequence_length / per pack", f"{self.max_sequence_length:,} / {depth}"),
+            ("efficiency", f"{100 * self.efficiency:.3f} % ({self.padding_tokens:,} padding tokens)"),
+            ("speed-up", f"{self.speedup:.4f}x of {self.speedup_limit:.4f}x"),
+        ]
+        if self.lower_bound is not None:
+            rows.append(("lower bound (gap)", f"{int(self.lower_bound):,} ({self.gap:,})"))
+        rows += [(f"{count:,} ×", str(lengths)) for lengths, count in self.top_strategies(5)]
+        return _html_table(f"PackingPlan: {self.num_strategies:,} strategies", rows)
+
+    def plot(self, ax=None, **kwargs):
+        """Plot the histogram and how the plan packs it (needs the ``plot`` extra).
+
+        Parameters and return value as for :func:`packlib.plot.plan`."""
+        from .plot import plan as plot_plan
+
+        return plot_plan(self, ax=ax, **kwargs)
+
+
+PackingPlan.__module__ = "packlib"  # pickles and reprs name the public path, which never moves
+
+
+def _weighted_bincount(values: np.ndarray, weights: np.ndarray, size: int) -> np.ndarray:
+    out = np.zeros(size, dtype=np.int64)
+    np.add.at(out, values, weights)
+    return out
+
+
+
+def _as_strategies(strategies) -> np.ndarray:
+    """A 2-D int64 array of strategies (rows zero-padded), exact integers only."""
+    arr = np.asarray(strategies) if not isinstance(strategies, np.ndarray) else strategies
+    if arr.ndim != 2:
+        raise ValueError(f"strategies must be 2-D (one zero-padded row per strategy), got shape {arr.shape}")
+    flat = as_int_array(arr.reshape(-1), "strategies")
+    return flat.reshape(arr.shape)
+
+
+def _pad_rows(rows) -> np.ndarray:
+    if isinstance(rows, (str, bytes)) or not hasattr(rows, "__iter__"):
+        raise TypeError(f"strategies must be a list of lists of lengths, got {type(rows).__name__}")
+    rows = [as_int_array(r, f"strategies[{k}]", minimum=0) for k, r in enumerate(rows)]
+    rows = [sorted((int(x) for x in r if x > 0), reverse=True) for r in rows]
+    width = max((len(r) for r in rows), default=0)
+    out = np.zeros((len(rows), width), dtype=np.int64)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = r
+    return out
+
+
+def _canonical_plan(strategies: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sort each row descending, trim empty columns, merge equal rows, drop zero counts, and
+    order rows by strategy (lexicographically descending) so equal plans are equal arrays."""
+    s = -np.sort(-strategies, axis=1) if strategies.size else strategies.reshape(strategies.shape[0], 0)
+    keep = counts > 0
+    if s.shape[1]:
+        keep &= s[:, 0] > 0
+    s, c = s[keep], counts[keep]
+    width = int((s > 0).sum(axis=1).max()) if s.shape[0] else 0
+    s = np.ascontiguousarray(s[:, :width])
+    if s.shape[0] == 0:
+        return np.zeros((0, width), dtype=np.int64), np.zeros(0, dtype=np.int64)
+    # lexicographically descending rows; equal rows become neighbours and are merged
+    order = np.lexsort(tuple(-s[:, j] for j in range(width - 1, -1, -1)))
+    s, c = s[order], c[order]
+    starts = np.flatnonzero(np.concatenate(([True], (s[1:] != s[:-1]).any(axis=1))))
+    return np.ascontiguousarray(s[starts]), np.add.reduceat(c, starts)
+
+
+# --------------------------------------------------------------------------------------
+# Public functions
+# --------------------------------------------------------------------------------------
+

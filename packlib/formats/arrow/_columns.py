@@ -1,0 +1,170 @@
+"""Reading the input: which columns are packed, and each row's length."""
+from __future__ import annotations
+
+import numpy as np
+
+REPORT_KEY = b"packlib"
+#: The columns the packed output adds.
+SEQ_LENGTHS = "seq_lengths"
+POSITION_IDS = "position_ids"
+
+
+def _pyarrow():
+    try:
+        import pyarrow
+    except ImportError:  # pragma: no cover
+        raise ImportError("Arrow tables need pyarrow: pip install 'packlib[arrow]'") from None
+    return pyarrow
+
+
+def _datasets():
+    try:
+        import datasets
+    except ImportError:  # pragma: no cover
+        raise ImportError("Hugging Face datasets need the datasets package: pip install 'packlib[hf]'") from None
+    return datasets
+
+
+def _as_table_like(table, name: str = "table"):
+    """A ``pyarrow.Table`` or ``RecordBatch``, else a TypeError saying what to pass."""
+    pa = _pyarrow()
+    if isinstance(table, (pa.Table, pa.RecordBatch)):
+        return table
+    hint = ""
+    if type(table).__module__.startswith("datasets"):
+        hint = "; for a datasets.Dataset use packlib.formats.arrow.pack_dataset"
+    raise TypeError(f"{name} must be a pyarrow.Table or RecordBatch, got {type(table).__name__}{hint}")
+
+
+def _chunks(column) -> list:
+    """The chunks of a table column (a RecordBatch column is one chunk)."""
+    return list(column.chunks) if hasattr(column, "chunks") else [column]
+
+
+def _is_list(t) -> bool:
+    pa = _pyarrow()
+    return pa.types.is_list(t) or pa.types.is_large_list(t)
+
+
+# --------------------------------------------------------------------------------------
+# The four steps (a stable interface: packlib.pipeline calls them)
+# --------------------------------------------------------------------------------------
+
+
+def select_list_columns(schema, columns=None) -> list[str]:
+    """Validate and pick the list columns to pack.
+
+    Parameters
+    ----------
+    schema : pyarrow.Schema (or a Table / RecordBatch, whose schema is used)
+    columns : sequence of str or None, default None
+        The columns to pack, in output order. ``None``: every column, which must then all
+        be ``list`` or ``large_list`` columns (as in TRL).
+
+    Returns
+    -------
+    list of str
+        The column names, each a ``list`` / ``large_list`` column of ``schema``.
+
+    Raises
+    ------
+    TypeError
+        A selected column is not a list column (the message names it and says to pass
+        ``columns=[...]``), or ``columns`` is not a sequence of names.
+    ValueError
+        An unknown or repeated name, no columns, or a column called ``seq_lengths`` (the
+        output adds its own).
+    """
+    pa = _pyarrow()
+    if isinstance(schema, (pa.Table, pa.RecordBatch)):
+        schema = schema.schema
+    if not isinstance(schema, pa.Schema):
+        raise TypeError(f"schema must be a pyarrow.Schema, Table or RecordBatch, got {type(schema).__name__}")
+    names = list(schema.names)
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise ValueError(f"the table has several columns named {dup[0]!r}; rename them first "
+                         "(table.rename_columns([...]))")
+    if columns is None:
+        if not names:
+            raise ValueError("the table has no columns to pack")
+        non_list = [n for n in names if not _is_list(schema.field(n).type)]
+        if non_list:
+            lists = [n for n in names if n not in non_list]
+            raise TypeError(
+                f"column {non_list[0]!r} is not a list column (type {schema.field(non_list[0]).type}); "
+                f"every packed column must be a list or large_list column: pass columns={lists!r} "
+                "to pack only the list columns (the others are left out of the packed table)"
+            )
+        selected = names
+    else:
+        if isinstance(columns, (str, bytes)) or not hasattr(columns, "__iter__"):
+            hint = f"; pass columns=[{columns!r}]" if isinstance(columns, str) else ""
+            raise TypeError(f"columns must be a list of column names, got {type(columns).__name__} {columns!r}{hint}")
+        selected = list(columns)
+        if not selected:
+            raise ValueError("columns is empty: name at least one list column to pack")
+        for n in selected:
+            if not isinstance(n, str):
+                raise TypeError(f"columns must hold column names (str), got {type(n).__name__} {n!r}")
+        seen = set()
+        for n in selected:
+            if n in seen:
+                raise ValueError(f"column {n!r} is named twice in columns={selected!r}")
+            seen.add(n)
+            if n not in names:
+                raise ValueError(f"no column {n!r} in the table; its columns are {names!r}")
+            t = schema.field(n).type
+            if not _is_list(t):
+                raise TypeError(f"column {n!r} is not a list column (type {t}); pass columns=[...] naming only "
+                                "list or large_list columns")
+    if SEQ_LENGTHS in selected:
+        rest = [n for n in selected if n != SEQ_LENGTHS]
+        raise ValueError(f"column {SEQ_LENGTHS!r} cannot be packed: the packed table adds its own; "
+                         f"pass columns={rest!r} to leave it out")
+    return selected
+
+
+def _column_lengths(column) -> np.ndarray:
+    """Values per row of one list column, int64; null rows count as empty."""
+    parts = []
+    for chunk in _chunks(column):
+        off = chunk.offsets.to_numpy()
+        lens = np.diff(off).astype(np.int64, copy=False)
+        if chunk.null_count:
+            lens = lens.copy()
+            lens[~chunk.is_valid().to_numpy(zero_copy_only=False)] = 0
+        parts.append(lens)
+    if not parts:
+        return np.zeros(0, np.int64)
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def row_lengths(table, columns) -> np.ndarray:
+    """Tokens per row (int64, one per table row), checking the columns agree row by row.
+
+    Parameters
+    ----------
+    table : pyarrow.Table or RecordBatch
+    columns : sequence of str
+        List columns (as returned by :func:`select_list_columns`).
+
+    Notes
+    -----
+    Null list rows count as empty (0). Raises ``ValueError`` naming the column and the
+    first row where a column's length differs from the first column's.
+    """
+    table = _as_table_like(table)
+    columns = select_list_columns(table.schema, columns)
+    first = _column_lengths(table.column(columns[0]))
+    for name in columns[1:]:
+        lens = _column_lengths(table.column(name))
+        bad = lens != first
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise ValueError(
+                f"column {name!r} has {lens[i]} values in row {i} but column {columns[0]!r} has {first[i]}; "
+                "packed columns must have the same length in every row (pass columns=[...] to pack only "
+                "the columns that do)"
+            )
+    return first

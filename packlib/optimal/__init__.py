@@ -1,0 +1,239 @@
+"""Near-optimal histogram packing with a proven lower bound on the number of packs.
+
+:func:`lower_bound` proves how few packs *any* packing of a histogram can use;
+:func:`optimal_pack` returns a plan together with that proof, so ``plan.gap`` says exactly
+how many packs (at most) it leaves on the table.
+
+How it works
+------------
+The bound is the linear-programming relaxation of the cutting-stock model (Gilmore and
+Gomory, 1961): one variable per *pattern* (a multiset of at most ``D`` lengths with at most
+``L`` tokens, no length more often than the histogram has it), minimise the number of packs
+subject to covering every length. There are millions of patterns, so they are generated
+on demand (*column generation*): HiGHS (through :func:`scipy.optimize.linprog`) solves the
+LP over the patterns found so far, and a dynamic programme (the *pricing* kernel) finds,
+for every length, the pattern the current dual prices value most; patterns worth more than
+one pack enter. When none does, the LP is solved.
+
+The bound is certified, not read off the solver: any non-negative prices ``y`` with
+``max over patterns of sum(y) = v`` prove ``packs >= sum(h * y) / v`` (Farley, 1990). The
+prices are rounded down to integers over ``2**48`` so the DP computes ``v`` exactly, and
+the quotient is a :class:`fractions.Fraction`, so solver tolerances cannot inflate the bound.
+The same argument gives a valid bound when column generation stops early (``time_limit``).
+
+The plan rounds the LP solution down to whole packs and packs the few hundred sequences
+left over with NNLSHP and LPFHP; the result is compared with SPFHP, LPFHP, NNLSHP and an
+exact-fill packer on the whole histogram and the best plan is returned.
+
+Every bound comes with a :class:`Certificate`: integer prices per length and a
+denominator that bounds every pack's price sum, checkable by a plain knapsack DP without
+packlib (``tests/naive_certificate.py``).
+
+Long context (``L > 1024``): the LP has up to ~10**5 rows and each pricing round ~10**10
+DP cells, so neither the LP nor NNLSHP is run. The bound is the best of the Martello-Toth
+L2 family (a dual-feasible function: long sequences priced 1, short ones 0, the rest by
+length), verified exactly, which on real length distributions equals the LP optimum; the
+plan comes from the exact-fill packer (:func:`packlib._kernels.optimal.exact_fill`). See
+``docs/optimal.md``.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from .._plan import PackingPlan
+from ..packing import _histogram_args, histogram_signature
+from . import _tuning
+from ._certificates import _l2_certificate, _simple_bounds, _verified
+from ._results import Certificate, LowerBound
+from ._solver import _Solver
+
+__all__ = ["Certificate", "LowerBound", "lower_bound", "optimal_pack"]
+
+
+def _as_time_limit(time_limit) -> float | None:
+    if time_limit is None:
+        return None
+    import numbers
+
+    if isinstance(time_limit, bool) or not isinstance(time_limit, numbers.Real):
+        raise ValueError(f"time_limit must be a number of seconds > 0 or None, got {time_limit!r}")
+    t = float(time_limit)
+    if not t > 0:  # also catches NaN
+        raise ValueError(f"time_limit must be > 0 seconds (or None for no limit), got {time_limit!r}")
+    return t
+
+
+@histogram_signature
+def lower_bound(histogram, max_sequence_length: int | None = None, max_sequences_per_pack: int | None = 3) -> LowerBound:
+    """A proven lower bound on the number of packs any packing of ``histogram`` needs.
+
+    The main bound is the cutting-stock LP relaxation (Gilmore-Gomory), solved by column
+    generation with HiGHS and certified from a dual solution whose value is checked
+    exactly (see :mod:`packlib.optimal`), so solver tolerances cannot make it too high.
+    The simpler bounds are reported too: ``ceil(tokens / L)``, one pack per sequence longer
+    than ``L / 2``, and ``ceil(sequences / max_sequences_per_pack)``.
+
+    Parameters
+    ----------
+    histogram : array_like of int, shape ``(L,)``
+        ``histogram[i]`` = number of sequences of length ``i + 1``.
+    max_sequence_length : int, optional
+        Pack capacity; defaults to ``len(histogram)``.
+    max_sequences_per_pack : int or None, default 3
+        Depth limit; ``None`` for unlimited.
+
+    Returns
+    -------
+    LowerBound
+        ``int(result)`` / ``result.bound`` is the best of the bounds.
+
+    ``result.certificate`` proves ``result.bound`` in integers anyone can check (see
+    :class:`Certificate`); ``result.status`` / ``result.message`` say how it stopped.
+
+    Notes
+    -----
+    Up to ``L = 1024``: a few LP solves over a few thousand patterns. Column generation
+    starts from LPFHP's and SPFHP's strategies; if 6 rounds do not solve the LP, NNLSHP runs
+    and its strategies (which nearly always contain an optimal basis) are added; the
+    pricing DP takes ``O(L^2 * D)`` time and bytes per round. Above ``L = 1024`` (long
+    context) the LP is not solved: the bound is the best L2 bound (see the module docs),
+    ``O(L)`` plus an exact check of its certificate.
+
+    Examples
+    --------
+    >>> import packlib
+    >>> packlib.lower_bound([0, 0, 3, 2, 1, 0, 2, 0, 0, 0], max_sequences_per_pack=2)  # doctest: +ELLIPSIS
+    LowerBound(4 packs of 10 tokens, max 2 per pack: LP 4 (value 4.000), ...)
+    """
+    h, L, depth = _histogram_args(histogram, max_sequence_length, max_sequences_per_pack)
+    solver = _Solver(h, L, depth, None)
+    if solver.long:
+        return solver.bound(lp=False)
+    if h.any():
+        solver.run_heuristics(("lpfhp", "spfhp"))
+    return solver.bound()
+
+
+@histogram_signature
+def optimal_pack(
+    histogram,
+    max_sequence_length: int | None = None,
+    max_sequences_per_pack: int | None = 3,
+    *,
+    time_limit: float | None = None,
+) -> PackingPlan:
+    """Near-optimal histogram packing, with a proof of how near.
+
+    Computes the certified LP lower bound of :func:`lower_bound`, rounds the LP solution
+    down to whole packs, packs the few hundred sequences left over with NNLSHP and LPFHP
+    (also after giving back one copy of every LP pattern, which leaves the leftover
+    packers more freedom), and returns the best of those plans and of SPFHP, LPFHP,
+    NNLSHP and the exact-fill packer on the whole histogram, so it is never worse than
+    any of them. Above ``L = 1024`` (long context) the plan is the exact-fill packer's
+    (and never worse than SPFHP and LPFHP up to ``L = 2048``) and the bound the L2 bound:
+    see :func:`lower_bound`.
+
+    Parameters
+    ----------
+    histogram, max_sequence_length, max_sequences_per_pack
+        As for :func:`packlib.spfhp_pack`.
+    time_limit : float, optional
+        Seconds. Checked between steps (the LP rounds, the repair attempts, NNLSHP); SPFHP
+        and LPFHP always run, so the call may overrun a very small limit by milliseconds to
+        a fraction of a second. Stopping early returns the best plan found so far with the
+        bound proven so far (still valid, maybe weaker); if time ran out before NNLSHP
+        could run, the plan is only guaranteed to be no worse than SPFHP and LPFHP.
+        Must be > 0.
+
+    Returns
+    -------
+    PackingPlan
+        ``method == "optimal"``, ``plan.lower_bound`` the proven bound and ``plan.gap``
+        the packs above it; ``plan.bound`` the :class:`LowerBound` with its certificate;
+        ``plan.status``: ``0`` finished normally (always when ``gap == 0``), ``1``
+        stopped by ``time_limit`` with a gap left, ``2`` column generation reached its
+        round limit; ``plan.message`` says so in a sentence. ``plan.info`` holds
+        ``"bound"`` (the :class:`LowerBound` again),
+        ``"source"`` (which step produced the plan: ``"lp-rounding"``, ``"lpfhp"``,
+        ``"spfhp"``, ``"nnls"`` or ``"fill"``), ``"heuristics"`` (packs of each heuristic, by registry
+        name),
+        ``"seconds"``.
+
+    Examples
+    --------
+    >>> import packlib
+    >>> plan = packlib.optimal_pack(packlib.datasets.wikipedia_512(), max_sequences_per_pack=3)  # doctest: +SKIP
+    >>> plan.num_packs, plan.lower_bound, plan.gap                         # doctest: +SKIP
+    (8143830, 8143829, 1)
+    """
+    t0 = time.perf_counter()
+    h, L, depth = _histogram_args(histogram, max_sequence_length, max_sequences_per_pack)
+    return _optimal(h, L, depth, time_limit=_as_time_limit(time_limit), started=t0)
+
+
+def _optimal(h: np.ndarray, L: int, depth: int | None, *, time_limit: float | None = None,
+             started: float | None = None) -> PackingPlan:
+    """:func:`optimal_pack` of arguments already checked (``_histogram_args``, a time limit
+    in seconds or ``None``)."""
+    t0 = time.perf_counter() if started is None else started
+    solver = _Solver(h, L, depth, None if time_limit is None else t0 + time_limit)
+    user_depth, depth = depth, solver.depth
+    long = solver.long
+    # SPFHP and LPFHP cost up to O(L**2 * depth): skipped at long context
+    few = np.count_nonzero(h) <= _tuning.LP_LENGTHS
+    solver.run_heuristics(("fill",) if L > 2 * _tuning.LONG_CONTEXT and not few else ("lpfhp", "spfhp", "fill"))
+    trivial, large, card = _simple_bounds(h, L, user_depth)
+    greedy_best = min(p.num_packs for p in solver.heuristics.values())
+    # a greedy plan that meets a simple bound is optimal: no LP needed. Otherwise NNLSHP
+    # nearly always runs anyway (the guarantee), and its strategies seed the LP
+    l2_cert = _verified(_l2_certificate(h, L, depth)[0])
+    l2 = 0 if l2_cert is None else l2_cert.bound
+    need_lp = greedy_best > max(trivial, large, card, l2) and not long
+    if need_lp:
+        solver.run_heuristics(("nnls",))
+    lb = solver.bound(lp=need_lp)
+    found = None
+    heuristic_best = min(p.num_packs for p in solver.heuristics.values())
+    if heuristic_best > lb.bound and not long:
+        found = solver.round_and_repair(lb.bound, heuristic_best)
+        best_so_far = heuristic_best if found is None else found[0]
+        if best_so_far > lb.bound and "nnls" not in solver.heuristics:
+            solver.run_heuristics(("nnls",))  # the guarantee: never worse than NNLSHP
+    return _best_plan(solver, found, lb, h, L, user_depth, t0)
+
+
+def _best_plan(solver, found, lb, h, L, user_depth, t0) -> PackingPlan:
+    """The best of the heuristics' plans and the LP rounding's, with its proof and status."""
+    source, best = min(solver.heuristics.items(), key=lambda kv: kv[1].num_packs)
+    strategies, counts = best.strategies, best.counts
+    info = {}
+    if source == "fill":
+        info["fill"] = best.how  # which exact-fill variant
+    if found is not None and found[0] < best.num_packs:
+        _, strategies, counts, k = found
+        source = "lp-rounding"
+        info["rounding_slack"] = k
+    info.update(
+        bound=lb,
+        source=source,
+        heuristics={name: p.num_packs for name, p in solver.heuristics.items()},
+        seconds=time.perf_counter() - t0,
+    )
+    packs = int(np.asarray(counts).sum())
+    gap = packs - lb.bound
+    summary = f"{packs:,} packs, {gap:,} above the proven lower bound {lb.bound:,}"
+    if gap == 0:
+        status, message = 0, f"{summary}: optimal"
+    elif lb.status == 1 or solver.stopped:
+        status, message = 1, f"{summary}; stopped by the time limit (a longer run may close the gap)"
+    elif lb.status != 0:
+        status, message = lb.status, f"{summary}; {lb.message}"
+    else:
+        status, message = 0, f"{summary}"
+    plan = PackingPlan(strategies, counts, L, user_depth, method="optimal", lower_bound=lb.bound, info=info,
+                       bound=lb, status=status, message=message)
+    if not np.array_equal(plan.histogram(), h):  # pragma: no cover - internal consistency
+        raise RuntimeError("optimal_pack built a plan that does not match the histogram; please report this")
+    return plan

@@ -1,0 +1,258 @@
+"""The search shared by :func:`lower_bound` and :func:`optimal_pack`: heuristics, bound, rounding."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from .._plan import PackingPlan
+from ..packing import _lpfhp, _nnls, _spfhp
+from . import _tuning
+from ._certificates import (
+    _best_certificate,
+    _certify,
+    _l2_certificate,
+    _simple_bounds,
+    _simple_certificates,
+    _verified,
+)
+from ._lp import (
+    _caps,
+    _column_generation,
+    _ColumnPool,
+    _initial_patterns,
+    _kernel_depth,
+    _Master,
+    _max_items,
+)
+from ._results import LowerBound
+
+
+def _long_context(h: np.ndarray, L: int, depth: int | None) -> bool:
+    """Whether the input takes the long-context route (no LP): ``L > 1024``, unless the
+    histogram has few distinct lengths and the pricing DP (``lengths * (depth + 1) * L *
+    copies`` steps per round) stays small, where the LP is cheap and the L2 bound weak."""
+    if L <= _tuning.LONG_CONTEXT:
+        return False
+    lens = np.flatnonzero(h) + 1
+    if lens.size > _tuning.LP_LENGTHS:
+        return True
+    copies = np.minimum(L // lens, 255 if depth is None else depth)
+    layers = 1 if depth is None else depth + 1
+    return float(copies.sum()) * layers * (L + 1) > _tuning.LP_WORK
+
+
+def _fill_plan(h: np.ndarray, L: int, depth: int | None):
+    """The best of the exact-fill packings (see :func:`packlib._kernels.optimal.exact_fill`)
+    as ``(strategies, counts, how)``. With a depth limit the candidates are the
+    depth-aware fill, and the unlimited fill made to respect the limit by exchanges
+    (:func:`packlib._kernels.optimal.depth_repair`) with what no exchange fixed packed
+    again."""
+    from .._kernels.optimal import depth_repair, exact_fill
+
+    def as_rows(items, offsets, counts):
+        sizes = np.diff(offsets)
+        width = int(sizes.max()) if sizes.size else 1
+        strategies = np.zeros((counts.size, width), dtype=np.int64)
+        rows = np.repeat(np.arange(counts.size), sizes)
+        cols = np.arange(items.size) - np.repeat(offsets[:-1], sizes)
+        strategies[rows, cols] = items
+        return strategies, counts
+
+    def best_fill(hist, D, modes):
+        best = None
+        for mode in modes:
+            out = exact_fill(hist, L, D, mode)
+            if best is None or out[2].sum() < best[0][2].sum():
+                best = (out, mode)
+        return best
+
+    if depth is None:
+        (items, offsets, counts), mode = best_fill(h, 0, (2, 0))
+        return (*as_rows(items, offsets, counts), f"fill {mode}")
+    (items, offsets, counts), mode = best_fill(h, depth, (3, 2, 0, 4))
+    candidates = [(*as_rows(items, offsets, counts), f"fill {mode}")]
+    unlimited = exact_fill(h, L, 0, 2)
+    if np.diff(unlimited[1]).max(initial=0) > depth:
+        rows, cnt, residual = depth_repair(*unlimited, L, depth)
+        keep = cnt > 0
+        rows, cnt = rows[keep], cnt[keep]
+        if rows.size and (rows[:, depth:] != 0).any():  # pragma: no cover - kernel invariant
+            raise RuntimeError("depth_repair left a pack over the depth limit; please report this")
+        rows = rows[:, :depth]
+        if residual.any():
+            (items, offsets, counts), _ = best_fill(residual, depth, (3, 2, 0, 4))
+            rest, rest_counts = as_rows(items, offsets, counts)
+            width = max(rows.shape[1], rest.shape[1])
+            both = np.zeros((rows.shape[0] + rest.shape[0], width), np.int64)
+            both[: rows.shape[0], : rows.shape[1]] = rows
+            both[rows.shape[0] :, : rest.shape[1]] = rest
+            rows, cnt = both, np.concatenate([cnt, rest_counts])
+        candidates.append((rows, cnt, "fill 2 + exchanges"))
+    else:
+        candidates.append((*as_rows(*unlimited), "fill 2"))
+    return min(candidates, key=lambda c: int(c[1].sum()))
+
+
+# the heuristics run on the whole histogram, by registry name (arguments checked once by
+# the public function that made the solver)
+_HEURISTICS = {"spfhp": _spfhp, "lpfhp": _lpfhp, "nnls": _nnls}
+
+
+class _Plan:
+    """Strategies and counts of a plan that is not (yet) a :class:`PackingPlan`."""
+
+    def __init__(self, strategies, counts, how=""):
+        self.strategies, self.counts, self.how = strategies, counts, how
+        self.num_packs = int(counts.sum())
+
+
+class _Solver:
+    """State shared by :func:`lower_bound` and :func:`optimal_pack` for one input."""
+
+    def __init__(self, h, L, depth, deadline):
+        # a pack never holds more than L sequences: a larger limit is no limit
+        self.user_depth = depth
+        depth = None if depth is not None and depth >= L else depth
+        self.h, self.L, self.depth, self.deadline = h, L, depth, deadline
+        self.caps = _caps(h, L, depth)
+        fit = _max_items(self.caps, L)
+        self.kdepth = _kernel_depth(depth, fit)
+        self.width = fit if depth is None else min(fit, depth)
+        self.heuristics: dict[str, PackingPlan] = {}
+        self.master = None
+        self.x = None
+        self.stopped = False  # a step was skipped because the time limit was reached
+        self.long = _long_context(h, L, self.depth)
+
+    def time_left(self) -> bool:
+        if self.deadline is None or time.perf_counter() < self.deadline:
+            return True
+        self.stopped = True
+        return False
+
+    def run_heuristics(self, names=("lpfhp", "spfhp", "nnls")) -> None:
+        from .._nnls_limits import nnls_fits
+
+        for name in names:
+            if name in self.heuristics:
+                continue
+            if name == "fill":
+                self.heuristics[name] = _Plan(*_fill_plan(self.h, self.L, self.depth))
+            elif name != "nnls" or (self.time_left() and nnls_fits(self.L) and self.L <= _tuning.LONG_CONTEXT):
+                # the greedy packers take milliseconds; NNLSHP only runs while time is left
+                self.heuristics[name] = _HEURISTICS[name](self.h, self.L, self.depth)
+
+    def bound(self, first_rounds: int = 6, lp: bool = True) -> LowerBound:
+        """Column generation, then the certificate. Starts from the single-length patterns
+        and the heuristics' strategies; if ``first_rounds`` rounds do not solve the LP and
+        NNLSHP has not run, runs it and adds its strategies (they nearly always contain an
+        optimal basis: on Wikipedia at depth 3, 1 more round instead of ~50)."""
+        t0 = time.perf_counter()
+        h, L, depth = self.h, self.L, self.depth
+        trivial, large, card = _simple_bounds(h, L, self.user_depth)
+        lp_value, converged, rounds, columns = float("nan"), False, 0, 0
+        proven = False
+        timed_out = False
+        certs = _simple_certificates(h, L, depth) + [_verified(_l2_certificate(h, L, depth)[0])]
+        if not h.any():
+            lp_value, converged = 0.0, True
+        if lp and h.any() and self.time_left():
+            pool = _ColumnPool(self.width)
+            pool.add(_initial_patterns(h, L, depth, self.caps, self.width, self.heuristics.values()))
+            master = _Master(h, L)
+            master.add(pool.rows)
+            prices = []
+
+            def run(max_rounds):
+                nonlocal x, lp_value, converged, rounds, proven
+                x, lp_value, y, converged, r, center, proven = _column_generation(
+                    h, L, depth, pool, master, self.deadline, max_rounds)
+                rounds += r
+                prices.extend(p for p in (y, center) if p is not None)
+
+            x = None
+            run(first_rounds)
+            if not converged and "nnls" not in self.heuristics and self.time_left():
+                self.run_heuristics(("nnls",))
+            if not converged and "nnls" in self.heuristics:  # (already in the pool if it ran before)
+                if pool.add(_initial_patterns(h, L, depth, self.caps, self.width, [self.heuristics["nnls"]])):
+                    master.add(pool.rows[pool.rows.shape[0] - pool.last_added :])
+            if not converged and self.time_left():
+                run(_tuning.MAX_ROUNDS)
+            if master.n_exchange and not proven:
+                master.drop_exchanges()  # phase 2: real patterns only
+                if self.time_left():
+                    run(_tuning.MAX_ROUNDS)
+                else:
+                    converged = False
+            timed_out = not converged and not self.time_left()
+            certs += [_certify(p, h, L, depth) for p in prices]
+            columns = pool.rows.shape[0]
+            self.master, self.pool, self.x = master, pool, x
+        elif lp and h.any():
+            timed_out = True
+        cert = _best_certificate(certs)
+        lp_bound = 0 if cert is None else cert.bound
+        if converged or not lp:
+            status, message = 0, ("LP solved" if converged and lp else "LP not needed") + "; the bound is proven"
+            if not lp and self.long:
+                message = ("long context: the bound comes from the L2 dual-feasible prices and the simple bounds "
+                           "(the LP is not solved); it is proven")
+            if proven:
+                message = "column generation stopped once the ceiling of the LP was proven; the bound is proven"
+        elif timed_out:
+            status, message = 1, "stopped by the time limit before the LP was solved; the bound is proven but may be weaker"
+        else:
+            status, message = 2, f"stopped after {rounds} LP rounds (the round limit) before the LP was solved; the bound is proven but may be weaker"
+        return LowerBound(
+            bound=max(lp_bound, trivial, large, card),
+            lp_bound=lp_bound,
+            lp_value=lp_value,
+            lp_converged=converged and lp,
+            trivial_bound=trivial,
+            large_items_bound=large,
+            cardinality_bound=card,
+            max_sequence_length=L,
+            max_sequences_per_pack=self.user_depth,
+            info={"rounds": rounds, "columns": columns, "seconds": time.perf_counter() - t0,
+                  "lp": ("ceiling proven" if proven else "solved") if converged and lp
+                  else (("not solved (long context)" if self.long else "skipped") if not lp else "stopped early")},
+            certificate=cert,
+            status=status,
+            message=message,
+        )
+
+    def round_and_repair(self, target: int, best: int):
+        """Plans from the LP solution: round down (keeping ``k`` fewer copies of each
+        pattern, for a few ``k``), pack the residual with LPFHP and the exact fill, and with
+        NNLSHP unless those are within one pack of ``target``. Returns the best
+        ``(packs, strategies, counts, k)`` found below ``best``, or None."""
+        from .._kernels.optimal import round_columns
+        from .._nnls_limits import nnls_fits
+
+        if self.x is None:
+            return None
+        found = None
+        base = np.floor(self.x + 1e-9)
+        for k in (0, 1):
+            if not self.time_left() or best <= target:
+                break
+            rows, counts, residual = round_columns(self.master.rows, np.maximum(base - k, 0.0), self.h)
+            residual = np.ascontiguousarray(residual, dtype=np.int64)
+            plans = [_lpfhp(residual, self.L, self.depth),
+                     _Plan(*_fill_plan(residual, self.L, self.depth))]
+            # NNLSHP (the slow one) only while the plans so far leave more than one pack of gap
+            cheap = min(best, int(counts.sum()) + min(p.num_packs for p in plans))
+            if self.time_left() and cheap > target + 1 and nnls_fits(self.L) and self.L <= _tuning.LONG_CONTEXT:
+                plans.append(_nnls(residual, self.L, self.depth))
+            rest = min(plans, key=lambda p: p.num_packs)
+            total = int(counts.sum()) + rest.num_packs
+            if total < best:
+                width = max(rows.shape[1], rest.strategies.shape[1])
+                strategies = np.zeros((rows.shape[0] + rest.strategies.shape[0], width), dtype=np.int64)
+                strategies[: rows.shape[0], : rows.shape[1]] = rows
+                strategies[rows.shape[0] :, : rest.strategies.shape[1]] = rest.strategies
+                found = (total, strategies, np.concatenate([counts, rest.counts]), k)
+                best = total
+        return found
