@@ -196,7 +196,7 @@ def run_pipeline(files, out, L, engine, workers, verify):
     shutil.rmtree(out, ignore_errors=True)
     with TreeMemory() as mem:
         t0 = time.perf_counter()
-        res = pack_files(files, out, L, engine=engine, workers=workers, overflow="truncate", verify=verify)
+        res = pack_files(files, L, output=out, engine=engine, workers=workers, overflow="truncate", verify=verify)
         dt = time.perf_counter() - t0
     return res, dt, mem
 

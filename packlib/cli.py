@@ -128,14 +128,11 @@ def build_parser() -> argparse.ArgumentParser:
     pack.add_argument("--output", "-o", help="write the plan (MLPerf metadata keys + strategies) as JSON here ('-' for stdout)")
     pack.set_defaults(run=_pack)
 
-    try:
-        from .formats import mlperf_bert
-    except ImportError:
-        mlperf_bert = None
-    if mlperf_bert is not None and hasattr(mlperf_bert, "configure_parser"):
-        mb = add("mlperf-bert", help="pack unpacked MLPerf BERT TFRecords into packed TFRecords (no TensorFlow)")
-        mlperf_bert.configure_parser(mb)
-        mb.set_defaults(run=mlperf_bert.run)
+    from .pipeline.mlperf import cli as mlperf_cli
+
+    mb = add("mlperf-bert", help="pack unpacked MLPerf BERT TFRecords into packed TFRecords (no TensorFlow)")
+    mlperf_cli.configure_parser(mb)
+    mb.set_defaults(run=mlperf_cli.run)
     try:
         from .pipeline import cli as pipeline_cli
     except ImportError:
@@ -174,6 +171,7 @@ def main(argv=None) -> int:
             raise
         print(f"error: {describe_error(exc)}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP during a pipeline run
+        from .pipeline._errors import report_interrupt
+
+        return report_interrupt(exc)

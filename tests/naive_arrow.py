@@ -8,10 +8,12 @@ obviously right and independent of the Arrow layout (chunks, offsets, list kinds
 def segments(lengths, L, overflow):
     """(row, start, length) for every segment, in row order; empty rows dropped."""
     out = []
+    if overflow == "error" and any(n > L for n in lengths):
+        raise ValueError("a row is longer than L")
     for r, n in enumerate(lengths):
         if n == 0:
             continue
-        if overflow == "truncate":
+        if overflow in ("error", "truncate"):
             out.append((r, 0, min(n, L)))
         else:
             s = 0

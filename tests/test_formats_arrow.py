@@ -151,11 +151,16 @@ def test_histogram_methods(tl, overflow, method, depth, seed):
 def test_histogram_method_depth_at_least_capacity():
     table = _make_table([1, 1, 1])
     packed = A.pack_table(table, 1, method="nnls", max_sequences_per_pack=2)
-    _check_packed(table, packed, 1, "truncate", method="nnls", depth=2)
+    _check_packed(table, packed, 1, "error", method="nnls", depth=2)
 
 
-@given(st.lists(st.integers(0, 40), max_size=30), st.integers(1, 12), st.sampled_from(["truncate", "split"]))
+@given(st.lists(st.integers(0, 40), max_size=30), st.integers(1, 12), st.sampled_from(["error", "truncate", "split"]))
 def test_make_segments_matches_naive(lengths, L, overflow):
+    if overflow == "error" and any(n > L for n in lengths):
+        r = next(i for i, n in enumerate(lengths) if n > L)
+        with pytest.raises(ValueError, match=rf"row {r} holds {lengths[r]} tokens > max_sequence_length = {L}.*overflow='truncate'"):
+            A.make_segments(lengths, L, overflow=overflow)
+        return
     seg = A.make_segments(lengths, L, overflow=overflow)
     want = naive.segments(lengths, L, overflow)
     assert list(zip(seg.row.tolist(), seg.start.tolist(), seg.length.tolist())) == want
@@ -199,9 +204,9 @@ def test_determinism():
         b = A.pack_table(table, 24, method=method, overflow="split", seed=5, max_sequences_per_pack=4)
         assert a.equals(b, check_metadata=True)
     # seed=None means 0
-    assert A.pack_table(table, 24, method="lpfhp").equals(A.pack_table(table, 24, method="lpfhp", seed=0),
+    assert A.pack_table(table, 24, method="lpfhp", overflow="truncate").equals(A.pack_table(table, 24, method="lpfhp", seed=0, overflow="truncate"),
                                                          check_metadata=True)
-    assert A.packing_report(A.pack_table(table, 24))["seed"] == 0
+    assert A.packing_report(A.pack_table(table, 24, overflow="truncate"))["seed"] == 0
 
 
 # --------------------------------------------------------------------------------------
@@ -235,13 +240,13 @@ def test_value_types_chunked(vt, large):
 
 
 def test_other_value_types_use_take():
-    """bool, strings, nested lists and lists with null values go through pyarrow's take."""
+    """bool, strings, nested lists and dictionaries go through pyarrow's take."""
     rows = {
         "ids": [[0, 1, 2], [], [100_000 * 2 + j for j in range(5)], [300_000]],
         "b": [[True, False, True], [], [False] * 5, [True]],
         "s": [["a", "bb", "c"], [], ["d", "e", "f", "g", "h"], ["i"]],
-        "n": [[[1], [], [2, 3]], [], [[4]] * 5, [None]],
-        "z": [[1, None, 3], [], [None] * 5, [7]],
+        "n": [[[1], [], [2, 3]], [], [[4]] * 5, [[5, 6]]],
+        "z": [[1.5, 2.5, 3.5], [], [0.5] * 5, [7.0]],
         "d": [["x", "y", "x"], [], ["y"] * 5, ["x"]],
     }
     table = pa.table({k: pa.array(v) for k, v in rows.items()})
@@ -262,7 +267,7 @@ def test_sliced_and_offset_columns():
     col = pa.ListArray.from_arrays(pa.array(np.array([0, 6, 8, 17, 20, 21, 25], np.int32)), vals)
     table = table.append_column("w", col.slice(0, 5))
     _check_packed(table, A.pack_table(table, 7, overflow="split"), 7, "split")
-    _check_packed(table, A.pack_table(table, 7), 7, "truncate")
+    _check_packed(table, A.pack_table(table, 7, overflow="truncate"), 7, "truncate")
 
 
 def test_int32_offset_limit_splits_output_chunks(monkeypatch):
@@ -295,7 +300,7 @@ def test_record_batch_and_columns_subset():
     packed = A.pack_table(batch, 8, columns=["ids", "x"])
     assert packed.column_names == ["ids", "x", "seq_lengths"]
     assert A.packing_report(packed)["left_out_columns"] == ["y", "source"]
-    _check_packed(table.select(["ids", "x"]), packed, 8, "truncate")
+    _check_packed(table.select(["ids", "x"]), packed, 8, "error")
 
 
 # --------------------------------------------------------------------------------------
@@ -378,16 +383,16 @@ def test_pack_dataset(tmp_path):
     # an index mapping (shuffle / select) is followed, and the format is kept
     sh = mm.shuffle(seed=3).select(range(400)).with_format("numpy", columns=["input_ids"])
     assert sh._indices is not None
-    got = A.pack_dataset(sh, 24)
+    got = A.pack_dataset(sh, 24, overflow="truncate")
     assert got.format["type"] == "numpy" and got.format["columns"] == ["input_ids", "seq_lengths"]
     flat = pa.table(sh.with_format(None)[:])
-    assert got.with_format(None)[:] == A.pack_table(flat, 24).to_pydict()
+    assert got.with_format(None)[:] == A.pack_table(flat, 24, overflow="truncate").to_pydict()
     assert A.packing_report(got)["rows"] == 400
     # DatasetDict -> DatasetDict, split by split
-    dd = A.pack_dataset(datasets.DatasetDict(train=ds, test=ds.select(range(10))), seq_length=24, method="lpfhp")
+    dd = A.pack_dataset(datasets.DatasetDict(train=ds, test=ds.select(range(10))), seq_length=24, method="lpfhp", overflow="truncate")
     assert isinstance(dd, datasets.DatasetDict) and set(dd) == {"train", "test"}
     assert A.packing_report(dd["test"])["rows"] == 10
-    assert dd["train"][:] == A.pack_table(ds.data.table, 24, method="lpfhp").to_pydict()
+    assert dd["train"][:] == A.pack_table(ds.data.table, 24, method="lpfhp", overflow="truncate").to_pydict()
     with pytest.raises(TypeError, match="IterableDataset"):
         A.pack_dataset(ds.to_iterable_dataset(), 24)
     with pytest.raises(TypeError, match="pack_dataset"):
@@ -402,8 +407,9 @@ def test_select_list_columns():
     t = pa.table({"a": [[1]], "b": pa.array([[2]], pa.large_list(pa.int8())), "c": [1]})
     assert A.select_list_columns(t.select(["a", "b"]).schema) == ["a", "b"]
     assert A.select_list_columns(t.schema, ["b", "a"]) == ["b", "a"]
-    with pytest.raises(TypeError, match=r"column 'c' is not a list column.*columns=\['a', 'b'\]"):
-        A.select_list_columns(t.schema)
+    assert A.select_list_columns(t.schema) == ["a", "b"]  # the non-list column is left out
+    with pytest.raises(TypeError, match="no list or large_list column"):
+        A.select_list_columns(t.select(["c"]).schema)
     with pytest.raises(TypeError, match="'c' is not a list column"):
         A.select_list_columns(t.schema, ["a", "c"])
     with pytest.raises(TypeError, match=r"columns=\['a'\]"):
@@ -479,7 +485,7 @@ def test_bad_inputs():
 
 
 def test_report_access():
-    packed = A.pack_table(pa.table(TRL_EXAMPLE), seq_length=4)
+    packed = A.pack_table(pa.table(TRL_EXAMPLE), seq_length=4, overflow="truncate")
     meta = json.loads(packed.schema.metadata[b"packlib"])
     assert meta == A.packing_report(packed) == A.packing_report(packed.schema)
     assert meta["rows"] == 4 and meta["packed_rows"] == 3 and meta["truncated_tokens"] == 1
@@ -504,3 +510,33 @@ def test_columns_with_different_chunk_layouts(cuts_a, cuts_b):
     for overflow in ("truncate", "split"):
         _check_packed(table, A.pack_table(table, 4, overflow=overflow), 4, overflow)
         _check_packed(table, A.pack_table(table, 2, overflow=overflow), 2, overflow)
+
+
+def test_null_tokens_are_refused_with_their_row_and_null_rows_are_counted():
+    """Issue 21: a null token came out in the packed rows; a null row is dropped and counted."""
+    table = pa.table({"ids": pa.array([[1, 2], [3, None, 5], [6]]), "labels": pa.array([[1, 2], [3, 4, 5], [6]])})
+    with pytest.raises(ValueError, match=r"column 'ids' row 1 holds a null token \(position 1\)"):
+        A.pack_table(table, 8)
+    chunked = pa.table({"ids": pa.chunked_array([pa.array([[1], [2]]), pa.array([[3], [4, None]])])})
+    with pytest.raises(ValueError, match="column 'ids' row 3 holds a null token"):
+        A.pack_table(chunked, 8)
+    nested = pa.table({"ids": pa.array([[[1], None], [[2]]])})
+    with pytest.raises(ValueError, match="row 0 holds a null token"):
+        A.pack_table(nested, 8)
+    # null rows: dropped like empty ones, counted in the report
+    with_null_rows = pa.table({"ids": pa.array([[1, 2], None, [], [3]]), "text": ["a", "b", "c", "d"]})
+    packed = A.pack_table(with_null_rows, 8)
+    rep = A.packing_report(packed)
+    assert rep["dropped_empty_rows"] == 2 and rep["dropped_null_rows"] == 1
+    assert packed.column("ids").to_pylist() == [[1, 2, 3]] and packed.column("ids").null_count == 0
+
+
+def test_non_list_columns_are_left_out_and_reported():
+    """Issue 21: one rule for pack_table, pack_dataset and pack_files: a non-list column is
+    left out of the packed table (they cannot be concatenated) and listed in the report."""
+    table = pa.table({"ids": pa.array([[1, 2], [3]]), "text": ["a", "b"], "score": [0.5, 0.25]})
+    packed = A.pack_table(table, 4)
+    assert packed.column_names == ["ids", "seq_lengths"]
+    assert A.packing_report(packed)["left_out_columns"] == ["text", "score"]
+    with pytest.raises(TypeError, match="column 'text' is not a list column"):
+        A.pack_table(table, 4, columns=["ids", "text"])  # named explicitly: still an error

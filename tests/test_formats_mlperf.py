@@ -38,9 +38,11 @@ def dataset(tmp_path_factory):
 
 
 def _run(argv):
+    from packlib.pipeline.mlperf import cli
+
     parser = argparse.ArgumentParser()
-    mb.configure_parser(parser)
-    return mb.run(parser.parse_args(argv))
+    cli.configure_parser(parser)
+    return cli.run(parser.parse_args(argv))
 
 
 def _input_dicts(seqs):
@@ -282,16 +284,16 @@ def test_same_output_as_in_memory_packing(dataset, tmp_path):
 def _dying_spill(job, i, *args):
     if i == 1:
         os._exit(3)
-    from packlib.pipeline import mlperf
+    from packlib.pipeline.mlperf import _tasks
 
-    return mlperf.bert_spill_task(job, i, *args)
+    return _tasks.bert_spill_task(job, i, *args)
 
 
 def test_a_worker_that_dies_writes_nothing(dataset, tmp_path, monkeypatch, capsys):
-    from packlib.pipeline import mlperf
+    from packlib.pipeline.mlperf import _run as mlperf_run
 
     d, _ = dataset
-    monkeypatch.setattr(mlperf, "bert_spill_task", _dying_spill)
+    monkeypatch.setattr(mlperf_run, "bert_spill_task", _dying_spill)
     assert _run(["--input-glob", str(d / "unpacked-*.tfrecord"), "--output-dir", str(tmp_path / "out"),
                  "--workers", "2"]) == 2
     err = capsys.readouterr().err

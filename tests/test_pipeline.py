@@ -61,7 +61,7 @@ def data(tmp_path_factory):
 @pytest.mark.parametrize("overflow,method,depth", [("truncate", "bfd", None), ("split", "nnls", 3), ("split", "ffd", None)])
 def test_matches_naive_reference(data, tmp_path, overflow, method, depth):
     d, t, paths = data
-    res = pack_files(paths, tmp_path / "out", L, depth, method=method, overflow=overflow, workers=1,
+    res = pack_files(paths, L, depth, output=tmp_path / "out", method=method, overflow=overflow, workers=1,
                      rows_per_file=40, seed=5)
     cols = ["input_ids", "labels"]
     want = naive_pack_rows(t.select(cols).to_pylist(), cols, L, depth=depth, method=method, overflow=overflow,
@@ -70,7 +70,7 @@ def test_matches_naive_reference(data, tmp_path, overflow, method, depth):
     assert res.columns == ("input_ids", "labels") and res.left_out_columns == ("text",)
     assert pq.read_schema(res.files[0]).names == ["input_ids", "labels", "seq_lengths"]
     assert [os.path.basename(f) for f in res.files] == [f"part-{i:05d}-of-{len(want):05d}.parquet" for i in range(len(want))]
-    meta = json.loads((tmp_path / "out" / "packing_metadata.json").read_text())
+    meta = json.loads((tmp_path / "out" / "_packing_metadata.json").read_text())
     assert meta["plan"]["packs"] == res.num_packs == sum(len(f) for f in want)
     assert [f["packs"] for f in meta["files"]] == [len(f) for f in want]
     assert meta["options"]["seed"] == 5 and meta["left_out_columns"] == ["text"]
@@ -81,7 +81,7 @@ def test_packs_equal_in_memory_packer_and_pack_table_columns(data, tmp_path):
     from packlib.formats.arrow import pack_table
 
     d, t, paths = data
-    res = pack_files(paths, tmp_path / "out", L, workers=1, overflow="split")
+    res = pack_files(paths, L, output=tmp_path / "out", workers=1, overflow="split")
     lens = pa.compute.list_value_length(t["input_ids"]).to_numpy(zero_copy_only=False)
     lens = np.nan_to_num(lens).astype(np.int64)
     from packlib.formats.arrow import make_segments
@@ -102,7 +102,7 @@ def test_same_bytes_across_workers_and_sharding(data, tmp_path):
     outs = []
     for i, (inp, w) in enumerate([(paths, 1), (paths, 2), (one, 2), (seven, 1)]):
         out = tmp_path / f"o{i}"
-        pack_files(inp, out, L, workers=w, rows_per_file=30, seed=3, overflow="truncate")
+        pack_files(inp, L, output=out, workers=w, rows_per_file=30, seed=3, overflow="truncate")
         outs.append(_parts(out))
     assert len(outs[0]) > 3
     assert all(o == outs[0] for o in outs[1:])
@@ -110,7 +110,7 @@ def test_same_bytes_across_workers_and_sharding(data, tmp_path):
 
 def test_exactly_once_many_shards(tmp_path):
     t, paths = _write(tmp_path / "in", 11, n_rows=900, seed=9)
-    res = pack_files(str(tmp_path / "in"), tmp_path / "out", 50, 4, workers=2, method="lpfhp", overflow="split",
+    res = pack_files(str(tmp_path / "in"), 50, 4, output=tmp_path / "out", workers=2, method="lpfhp", overflow="split",
                      rows_per_file=7)
     got = pa.concat_tables(pq.read_table(f) for f in res.files)
     # every input token multiset per segment: rebuild segments from seq_lengths
@@ -134,9 +134,9 @@ def test_save_to_disk_and_globs(tmp_path):
     rows = _rows(500, 4)
     ds = datasets.Dataset.from_dict({"input_ids": rows["input_ids"].to_pylist(), "text": rows["text"].to_pylist()})
     ds.save_to_disk(str(tmp_path / "ds"), num_shards=3)
-    res = pack_files(tmp_path / "ds", tmp_path / "out", L, workers=1, overflow="truncate")
+    res = pack_files(tmp_path / "ds", L, output=tmp_path / "out", workers=1, overflow="truncate")
     pq.write_table(pa.table({"input_ids": rows["input_ids"], "text": rows["text"]}), tmp_path / "x.parquet")
-    res2 = pack_files([str(tmp_path / "x*.parquet")], tmp_path / "out2", L, workers=1, overflow="truncate")
+    res2 = pack_files([str(tmp_path / "x*.parquet")], L, output=tmp_path / "out2", workers=1, overflow="truncate")
     assert _read_files(res) == _read_files(res2)  # same rows (datasets stores int64 values)
     assert res.left_out_columns == ("text",) and res.num_rows == 500
 
@@ -146,7 +146,7 @@ def test_mlperf_tfrecord_input(tmp_path):
 
     seqs = mb.synthetic_sequences(300, seed=2)
     mb.write_unpacked(tmp_path / "part-00000-of-00001", seqs)
-    res = pack_files(tmp_path / "part-00000-of-00001", tmp_path / "out", 512, 3, method="nnls", workers=1)
+    res = pack_files(tmp_path / "part-00000-of-00001", 512, 3, output=tmp_path / "out", method="nnls", workers=1)
     assert res.columns == ("input_ids", "segment_ids", "labels")
     assert res.left_out_columns == ("next_sentence_label",)
     got = pa.concat_tables(pq.read_table(f) for f in res.files)
@@ -219,18 +219,18 @@ def test_output_exists_and_bad_arguments(data, tmp_path, capsys):
     assert "not empty" in capsys.readouterr().err
     assert (tmp_path / "out" / "keep").read_text() == "x"
     with pytest.raises(ValueError, match="overflow"):
-        pack_files(paths, tmp_path / "o2", L, overflow="drop")
+        pack_files(paths, L, output=tmp_path / "o2", overflow="drop")
     with pytest.raises(ValueError, match="unknown method"):
-        pack_files(paths, tmp_path / "o2", L, method="best")
+        pack_files(paths, L, output=tmp_path / "o2", method="best")
     with pytest.raises(TypeError, match="max_sequence_length"):
-        pack_files(paths, tmp_path / "o2")
+        pack_files(paths, output=tmp_path / "o2")
     with pytest.raises(TypeError, match="verify"):
-        pack_files(paths, tmp_path / "o2", L, verify="yes")
+        pack_files(paths, L, output=tmp_path / "o2", verify="yes")
     with pytest.raises(InputError, match="no such file"):
-        pack_files([str(tmp_path / "missing-*.parquet")], tmp_path / "o2", L)
+        pack_files([str(tmp_path / "missing-*.parquet")], L, output=tmp_path / "o2")
     assert not (tmp_path / "o2").exists()
     # seq_length= is the TRL alias of the capacity
-    assert pack_files(paths, tmp_path / "o3", seq_length=L, workers=1, overflow="split").max_sequence_length == L
+    assert pack_files(paths, output=tmp_path / "o3", seq_length=L, workers=1, overflow="split").max_sequence_length == L
 
 
 def _dying_spill(job, i, *args):
@@ -243,7 +243,7 @@ def test_worker_that_dies_fails_cleanly(data, tmp_path, monkeypatch):
     d, t, paths = data
     monkeypatch.setattr(_tasks, "spill_task", _dying_spill)
     with pytest.raises(WorkerDied, match="died"):
-        pack_files(paths, tmp_path / "out", L, workers=2, overflow="split")
+        pack_files(paths, L, output=tmp_path / "out", workers=2, overflow="split")
     assert _nothing_written(tmp_path)
 
 
@@ -263,7 +263,7 @@ def test_verify_catches_a_wrong_output(data, tmp_path, monkeypatch, capsys):
 
     monkeypatch.setattr(_tasks, "assemble_task", corrupting)
     with pytest.raises(VerifyError):
-        pack_files(paths, tmp_path / "out", L, workers=1, overflow="split")
+        pack_files(paths, L, output=tmp_path / "out", workers=1, overflow="split")
     assert _nothing_written(tmp_path)
     assert _cli(*paths, "--output", tmp_path / "out", "--seq-length", L, "--overflow", "split", "--workers", 1) == 1
     assert "exactly once" in capsys.readouterr().err
@@ -293,19 +293,19 @@ def ray_runtime():
 
 def test_ray_engine_same_bytes_as_local(data, tmp_path, ray_runtime):
     d, t, paths = data
-    local = pack_files(paths, tmp_path / "local", L, 4, workers=1, rows_per_file=30, seed=1, overflow="split")
-    res = pack_files(paths, tmp_path / "ray", L, 4, engine="ray", workers=2, rows_per_file=30, seed=1,
+    local = pack_files(paths, L, 4, output=tmp_path / "local", workers=1, rows_per_file=30, seed=1, overflow="split")
+    res = pack_files(paths, L, 4, output=tmp_path / "ray", engine="ray", workers=2, rows_per_file=30, seed=1,
                      overflow="split")
     assert res.engine == "ray" and res.verified
     assert _parts(tmp_path / "ray") == _parts(tmp_path / "local")
-    assert (tmp_path / "ray" / "packing_metadata.json").read_bytes() == (tmp_path / "local" / "packing_metadata.json").read_bytes()
+    assert (tmp_path / "ray" / "_packing_metadata.json").read_bytes() == (tmp_path / "local" / "_packing_metadata.json").read_bytes()
     assert local.num_packs == res.num_packs
 
 
 def test_ray_engine_errors_are_one_line(data, tmp_path, ray_runtime):
     d, t, paths = data
     with pytest.raises(InputError, match="--overflow"):
-        pack_files(paths, tmp_path / "out", 16, engine="ray", workers=2, overflow="error")
+        pack_files(paths, 16, output=tmp_path / "out", engine="ray", workers=2, overflow="error")
     assert _nothing_written(tmp_path)
 
 
@@ -315,8 +315,8 @@ def test_ray_engine_mlperf_bert_same_bytes(tmp_path, ray_runtime):
 
     seqs = mb.synthetic_sequences(600, seed=3)
     mb.write_unpacked(tmp_path / "u.tfrecord", seqs)
-    pack_mlperf_bert([tmp_path / "u.tfrecord"], tmp_path / "local", records_per_file=100)
-    pack_mlperf_bert([tmp_path / "u.tfrecord"], tmp_path / "ray", records_per_file=100, engine="ray", workers=2)
+    pack_mlperf_bert([tmp_path / "u.tfrecord"], output_dir=tmp_path / "local", records_per_file=100)
+    pack_mlperf_bert([tmp_path / "u.tfrecord"], output_dir=tmp_path / "ray", records_per_file=100, engine="ray", workers=2)
     assert _parts_any(tmp_path / "ray") == _parts_any(tmp_path / "local")
 
 

@@ -1,7 +1,9 @@
 """The pipeline's exceptions."""
 from __future__ import annotations
 
-__all__ = ["PipelineError", "InputError", "WorkerDied", "VerifyError"]
+import signal
+
+__all__ = ["PipelineError", "InputError", "WorkerDied", "VerifyError", "Interrupted", "report_interrupt"]
 
 
 class PipelineError(RuntimeError):
@@ -19,3 +21,22 @@ class WorkerDied(PipelineError):
 
 class VerifyError(PipelineError):
     """The written output does not hold every input sequence exactly once."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """The run was stopped by a signal (SIGTERM, SIGHUP); nothing was written.
+    ``signum`` is the signal; a command exits with status ``128 + signum``."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+def report_interrupt(exc: KeyboardInterrupt) -> int:
+    """For a command: one line on stderr for a run stopped by Ctrl-C, SIGTERM or SIGHUP,
+    and the exit status a shell gives that signal (``128 + signum``)."""
+    import sys
+
+    signum = int(getattr(exc, "signum", signal.SIGINT))
+    print(f"interrupted ({signal.Signals(signum).name}); nothing was written", file=sys.stderr)
+    return 128 + signum

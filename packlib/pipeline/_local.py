@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import sys
 from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -31,7 +32,8 @@ class LocalEngine:
                 ctx.set_forkserver_preload(["packlib.pipeline._warm"])
             from ._tasks import worker_init
 
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=ctx, initializer=worker_init)
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=ctx, initializer=worker_init,
+                                             initargs=(os.getpid(),))
         return self._pool
 
     def map(self, fn, tasks, desc: str, progress=None, unit: str = "task"):
@@ -55,7 +57,7 @@ class LocalEngine:
                         if fut.exception() is not None:
                             raise fut.exception()
             except BrokenProcessPool:
-                self.close()
+                self.close(abort=True)
                 raise WorkerDied(f"a worker process died during {desc} (killed, out of memory or crashed); "
                                  "nothing was written. Run again, with fewer --workers if memory ran out") from None
             except BaseException:
@@ -64,7 +66,13 @@ class LocalEngine:
                 raise
             return [f.result() for f in futures]
 
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
+    def close(self, abort: bool = False) -> None:
+        """Stop the pool; with ``abort``, kill the workers at once (a failed or interrupted
+        run: whatever they were writing is removed with the work directory)."""
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        if abort:
+            for proc in list((getattr(pool, "_processes", None) or {}).values()):
+                proc.kill()
+        pool.shutdown(wait=True, cancel_futures=True)

@@ -35,15 +35,15 @@ class RayEngine:
             if address:
                 ray.init(address=address, log_to_driver=False)
             else:
-                import packlib
-
-                root = os.path.dirname(os.path.dirname(os.path.abspath(packlib.__file__)))
+                # the directory that holds the packlib package (workers import it from there)
+                root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
                 path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
                 ray.init(num_cpus=int(workers) if workers else None, include_dashboard=False, log_to_driver=False,
                          runtime_env={"env_vars": {"PYTHONPATH": path}})
             self._started = True
         self.workers = int(ray.available_resources().get("CPU", 1)) if workers is None else int(workers)
         self._remote = None
+        self._running = []  # the refs of the map in progress, cancelled if the run aborts
 
     def map(self, fn, tasks, desc: str, progress=None, unit: str = "task"):
         from ._tasks import run_in_worker
@@ -55,6 +55,7 @@ class RayEngine:
             self._remote = ray.remote(num_cpus=1, max_retries=2)(run_in_worker)
         tasks = list(tasks)
         refs = [self._remote.options(name=fn.__name__).remote(fn, *t) for t in tasks]
+        self._running = refs
         pending = list(refs)
         try:
             with progress_bar(len(refs), desc, progress, unit=unit) as bar:
@@ -76,7 +77,16 @@ class RayEngine:
             raise WorkerDied(f"a Ray worker died during {desc} and retries ran out ({type(exc).__name__}); "
                              "nothing was written") from None
 
-    def close(self) -> None:
+    def close(self, abort: bool = False) -> None:
+        """Cancel this run's tasks that are still running (``abort``) and stop the Ray
+        instance this engine started (a joined cluster keeps running)."""
+        if abort:
+            for ref in self._running:
+                try:
+                    self._ray.cancel(ref, force=True)
+                except Exception:  # noqa: BLE001 - finished or already gone
+                    pass
+        self._running = []
         if self._started:
             self._ray.shutdown()
             self._started = False

@@ -13,6 +13,10 @@ from __future__ import annotations
 
 import os
 import resource
+import select
+import sys
+import threading
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -62,11 +66,44 @@ def _peak() -> tuple[int, int]:
 _IN_WORKER = {"on": False}
 
 
-def worker_init() -> None:
-    """Set up a worker process (once). Nothing to change today: pyarrow's default allocator
-    was measured fastest here (the system allocator with memory returned at once cost 1.4-1.8x
-    the CPU time for the same peak memory, as batches are small)."""
+def worker_init(driver_pid: int | None = None) -> None:
+    """Set up a worker process (once): with ``driver_pid``, a watchdog that ends the worker
+    within a second of the driver's death, however it died (SIGKILL, the OOM killer), so no
+    worker outlives its run. (pyarrow's default allocator stays: the system allocator with
+    memory returned at once cost 1.4-1.8x the CPU time for the same peak memory.)"""
     _IN_WORKER["on"] = True
+    if driver_pid is not None:
+        threading.Thread(target=_exit_with, args=(driver_pid,), name="packlib-watchdog", daemon=True).start()
+
+
+def _exit_with(pid: int) -> None:
+    """Wait for process ``pid`` to end, then end this process (no cleanup: the driver's
+    staging, which this worker wrote into, is removed by the next run)."""
+    try:
+        fd = os.pidfd_open(pid)  # Linux: readable when the process ends, no polling
+    except (AttributeError, OSError):
+        fd = None
+    if fd is not None:
+        select.select([fd], [], [])
+    else:
+        while True:
+            time.sleep(0.5)
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            except PermissionError:
+                continue
+    os._exit(70)
+
+
+def pause_point(step: str) -> None:
+    """Test hook: with ``PACKLIB_TEST_PAUSE=<step>`` in the environment, a task of that step
+    says so on stderr and sleeps, so a test can stop the run there (the signal tests)."""
+    if os.environ.get("PACKLIB_TEST_PAUSE") == step:
+        sys.stderr.write(f"packlib-test: paused in {step}\n")
+        sys.stderr.flush()
+        time.sleep(float(os.environ.get("PACKLIB_TEST_PAUSE_SECONDS", "60")))
 
 
 def run_in_worker(fn, *args):
@@ -142,6 +179,7 @@ def lengths_task(job: Job, i: int):
 
     Parquet and TFRecord shards are also copied (selected columns only) into an
     uncompressed Arrow IPC file, which pass 2 reads far faster than decoding them again."""
+    pause_point("lengths")
     import pyarrow as pa
 
     from ..formats import arrow as A
@@ -150,13 +188,14 @@ def lengths_task(job: Job, i: int):
     check_schema(job, shard, read_schema(shard))
     cols = list(job.columns)
     cache = job.cached(shard)
-    parts, r0 = [np.zeros(0, dtype=np.int64)], 0
+    parts, r0, nulls = [np.zeros(0, dtype=np.int64)], 0, 0
     with _StagedIpcFile(job.cache_path(i)) as copy:
         for batch in iter_batches(shard, cols):
             try:
-                parts.append(np.asarray(A.row_lengths(batch, cols), dtype=np.int64))
+                parts.append(np.asarray(A.row_lengths(batch, cols, first_row=r0), dtype=np.int64))
             except (ValueError, TypeError) as exc:
-                raise InputError(f"{shard.path}: rows {r0}..{r0 + batch.num_rows - 1}: {exc}") from None
+                raise InputError(f"{shard.path}: {exc}") from None
+            nulls += A.null_rows(batch, cols[0])
             r0 += batch.num_rows
             if cache:
                 copy.write(batch)
@@ -171,7 +210,7 @@ def lengths_task(job: Job, i: int):
                          "(cut it into pieces), or raise --max-sequence-length")
     if lengths.size and lengths.max() >= 2**31:
         raise InputError(f"{shard.path}: a row has 2**31 tokens or more")
-    return lengths.astype(np.int32), _peak()
+    return lengths.astype(np.int32), nulls, _peak()
 
 
 # --------------------------------------------------------------------------------------
@@ -183,6 +222,7 @@ def spill_task(job: Job, i: int, num_rows: int, seg_row, seg_start, seg_len, seg
     Returns ``(file_of_batch, hashes, peak)``: the output file of each spilled batch, the
     content hash of each of the shard's segments (input side of the exactly-once check).
     """
+    pause_point("spill")
     import pyarrow as pa
 
     from ..formats import arrow as A
@@ -239,6 +279,7 @@ def assemble_task(job: Job, f: int, sources, pack_offsets, first_pos: int):
     """Pass 2b: build output file ``f`` from its spilled batches (``sources``: pairs
     ``(shard, batch numbers)``); ``pack_offsets`` are its packs' segment offsets and
     ``first_pos`` the output position of its first segment."""
+    pause_point("assemble")
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -303,6 +344,7 @@ def segment_hashes(table, columns, max_sequence_length=None, max_sequences_per_p
 
 def verify_task(job: Job, f: int, max_sequences_per_pack):
     """Re-read output file ``f``; returns ``(sorted segment hashes, tokens, peak)``."""
+    pause_point("verify")
     import pyarrow.parquet as pq
 
     import pyarrow as pa

@@ -46,7 +46,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     from .. import methods
 
     parser.description = ("Pack Parquet files, datasets save_to_disk directories or unpacked MLPerf BERT TFRecords "
-                          "into packed Parquet files (part-NNNNN-of-NNNNN.parquet + packing_metadata.json), in "
+                          "into packed Parquet files (part-NNNNN-of-NNNNN.parquet + _packing_metadata.json), in "
                           "bounded memory, on this machine or a Ray cluster. The output is the same whatever the "
                           "engine and worker count.")
     parser.add_argument("inputs", nargs="+", metavar="INPUT", help="Parquet / Arrow / TFRecord files, directories or globs")
@@ -57,9 +57,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--method", default="bfd", choices=list(methods.names()) + ["nnlshp"], help="packing method (default bfd)")
     parser.add_argument("--max-sequences-per-pack", type=_depth, default=None, metavar="K",
                         help="at most K sequences per pack (default unlimited)")
-    parser.add_argument("--overflow", choices=["truncate", "split"], default=None,
-                        help="rows longer than N: keep the first N tokens, or cut them into pieces "
-                             "(default: stop with an error naming the file and row)")
+    parser.add_argument("--overflow", choices=["error", "truncate", "split"], default="error",
+                        help="rows longer than N: stop with an error naming the file and row (default, as in "
+                             "pack_files and pack_table), keep the first N tokens, or cut them into pieces")
     parser.add_argument("--engine", choices=["local", "ray"], default="local",
                         help="local: a process pool on this machine; ray: Ray tasks (pip install 'packlib[ray]')")
     parser.add_argument("--workers", type=_positive, default=None, metavar="N",
@@ -85,12 +85,13 @@ def run(args: argparse.Namespace) -> int:
         Parsed by a parser that :func:`configure_parser` set up.
     """
     from . import PipelineError, VerifyError, pack_files
+    from ._errors import report_interrupt
 
     if args.ray_address and args.engine != "ray":
         args.engine = "ray"
     try:
-        result = pack_files(args.inputs, args.output, args.max_sequence_length, args.max_sequences_per_pack,
-                            columns=args.columns, method=args.method, overflow=args.overflow or "error",
+        result = pack_files(args.inputs, args.max_sequence_length, args.max_sequences_per_pack, output=args.output,
+                            columns=args.columns, method=args.method, overflow=args.overflow,
                             engine=args.engine, workers=args.workers, ray_address=args.ray_address,
                             rows_per_file=args.rows_per_file, seed=args.seed, progress=args.progress,
                             verify=args.verify)
@@ -102,8 +103,7 @@ def run(args: argparse.Namespace) -> int:
             msg = f"{exc.filename}: {msg}"
         print(f"error: {msg}", file=sys.stderr)
         return 1 if isinstance(exc, VerifyError) else 2
-    except KeyboardInterrupt:
-        print("error: interrupted; nothing was written", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        return report_interrupt(exc)
     print(result.summary())
     return 0

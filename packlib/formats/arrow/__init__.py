@@ -35,7 +35,7 @@ The pipeline is four public steps, which the larger-than-memory pipeline
 """
 from __future__ import annotations
 
-from ._columns import POSITION_IDS, REPORT_KEY, SEQ_LENGTHS, row_lengths, select_list_columns  # noqa: F401
+from ._columns import POSITION_IDS, REPORT_KEY, SEQ_LENGTHS, null_rows, row_lengths, select_list_columns  # noqa: F401
 from ._gather import gather_packs
 from ._segments import Segments, make_segments
 from ._table import pack_dataset, pack_table, packing_report
@@ -46,6 +46,7 @@ __all__ = [
     "packing_report",
     "select_list_columns",
     "row_lengths",
+    "null_rows",
     "make_segments",
     "Segments",
     "gather_packs",

@@ -58,8 +58,9 @@ def select_list_columns(schema, columns=None) -> list[str]:
     ----------
     schema : pyarrow.Schema (or a Table / RecordBatch, whose schema is used)
     columns : sequence of str or None, default None
-        The columns to pack, in output order. ``None``: every column, which must then all
-        be ``list`` or ``large_list`` columns (as in TRL).
+        The columns to pack, in output order. ``None``: every ``list`` / ``large_list``
+        column; the others are left out (they cannot be concatenated into packed rows), and
+        the reports of :func:`pack_table` and :func:`packlib.pipeline.pack_files` list them.
 
     Returns
     -------
@@ -69,8 +70,8 @@ def select_list_columns(schema, columns=None) -> list[str]:
     Raises
     ------
     TypeError
-        A selected column is not a list column (the message names it and says to pass
-        ``columns=[...]``), or ``columns`` is not a sequence of names.
+        A column named in ``columns`` is not a list column, or ``columns`` is not a sequence
+        of names.
     ValueError
         An unknown or repeated name, no columns, or a column called ``seq_lengths`` (the
         output adds its own).
@@ -88,15 +89,10 @@ def select_list_columns(schema, columns=None) -> list[str]:
     if columns is None:
         if not names:
             raise ValueError("the table has no columns to pack")
-        non_list = [n for n in names if not _is_list(schema.field(n).type)]
-        if non_list:
-            lists = [n for n in names if n not in non_list]
-            raise TypeError(
-                f"column {non_list[0]!r} is not a list column (type {schema.field(non_list[0]).type}); "
-                f"every packed column must be a list or large_list column: pass columns={lists!r} "
-                "to pack only the list columns (the others are left out of the packed table)"
-            )
-        selected = names
+        selected = [n for n in names if _is_list(schema.field(n).type)]
+        if not selected:
+            raise TypeError(f"the table has no list or large_list column to pack (its columns: "
+                            + ", ".join(f"{n} {schema.field(n).type}" for n in names[:5]) + "); tokenize it first")
     else:
         if isinstance(columns, (str, bytes)) or not hasattr(columns, "__iter__"):
             hint = f"; pass columns=[{columns!r}]" if isinstance(columns, str) else ""
@@ -125,22 +121,56 @@ def select_list_columns(schema, columns=None) -> list[str]:
     return selected
 
 
-def _column_lengths(column) -> np.ndarray:
-    """Values per row of one list column, int64; null rows count as empty."""
-    parts = []
+def _column_lengths(column, name: str = "", first_row: int = 0) -> np.ndarray:
+    """Values per row of one list column, int64; null rows count as empty. A null *value*
+    (a null token) is a ``ValueError`` naming the column and row: packed rows cannot hold it."""
+    parts, row0 = [], first_row
     for chunk in _chunks(column):
         off = chunk.offsets.to_numpy()
         lens = np.diff(off).astype(np.int64, copy=False)
+        valid = None
         if chunk.null_count:
+            valid = chunk.is_valid().to_numpy(zero_copy_only=False)
             lens = lens.copy()
-            lens[~chunk.is_valid().to_numpy(zero_copy_only=False)] = 0
+            lens[~valid] = 0
+        if chunk.values.null_count:
+            _refuse_null_values(chunk, off, valid, name, row0)
         parts.append(lens)
+        row0 += len(chunk)
     if not parts:
         return np.zeros(0, np.int64)
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
-def row_lengths(table, columns) -> np.ndarray:
+def _refuse_null_values(chunk, off, valid, name: str, row0: int) -> None:
+    """Raise if a valid row of a list chunk holds a null value (values of null rows are ignored)."""
+    nulls = ~chunk.values.is_valid().to_numpy(zero_copy_only=False)
+    first = np.flatnonzero(nulls)
+    # the row each null value falls in (values outside every row's range are not data)
+    rows = np.searchsorted(off, first, side="right") - 1
+    inside = (first >= off[0]) & (first < off[-1])
+    if valid is not None:
+        inside &= valid[np.clip(rows, 0, len(chunk) - 1)]
+    if inside.any():
+        k = int(np.flatnonzero(inside)[0])
+        r = int(rows[k])
+        raise ValueError(f"column {name!r} row {row0 + r} holds a null token (position {int(first[k] - off[r])}); "
+                         "fill or drop such values first: packed rows cannot hold nulls")
+
+
+def null_rows(table, column: str, rows=None) -> int:
+    """How many rows of a list column are null (they are dropped like empty rows); with
+    ``rows`` (int64 row numbers), how many of those."""
+    chunks = _chunks(table.column(column))
+    if rows is None:
+        return int(sum(chunk.null_count for chunk in chunks))
+    if not any(chunk.null_count for chunk in chunks):
+        return 0
+    valid = np.concatenate([chunk.is_valid().to_numpy(zero_copy_only=False) for chunk in chunks])
+    return int(np.count_nonzero(~valid[rows]))
+
+
+def row_lengths(table, columns, *, first_row: int = 0) -> np.ndarray:
     """Tokens per row (int64, one per table row), checking the columns agree row by row.
 
     Parameters
@@ -148,22 +178,25 @@ def row_lengths(table, columns) -> np.ndarray:
     table : pyarrow.Table or RecordBatch
     columns : sequence of str
         List columns (as returned by :func:`select_list_columns`).
+    first_row : int, default 0
+        The number of the table's first row in error messages (a batch of a larger file).
 
     Notes
     -----
     Null list rows count as empty (0). Raises ``ValueError`` naming the column and the
-    first row where a column's length differs from the first column's.
+    first row where a column's length differs from the first column's, or where a row
+    holds a null value (a null token cannot be packed).
     """
     table = _as_table_like(table)
     columns = select_list_columns(table.schema, columns)
-    first = _column_lengths(table.column(columns[0]))
+    first = _column_lengths(table.column(columns[0]), columns[0], first_row)
     for name in columns[1:]:
-        lens = _column_lengths(table.column(name))
+        lens = _column_lengths(table.column(name), name, first_row)
         bad = lens != first
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
             raise ValueError(
-                f"column {name!r} has {lens[i]} values in row {i} but column {columns[0]!r} has {first[i]}; "
+                f"column {name!r} has {lens[i]} values in row {first_row + i} but column {columns[0]!r} has {first[i]}; "
                 "packed columns must have the same length in every row (pass columns=[...] to pack only "
                 "the columns that do)"
             )

@@ -7,7 +7,7 @@ import numpy as np
 
 from ..._validate import as_int_array, as_positive_int
 
-_OVERFLOW = ("truncate", "split")
+_OVERFLOW = ("error", "truncate", "split")
 
 
 @dataclass(frozen=True, eq=False)
@@ -49,16 +49,16 @@ class Segments:
 
 def _as_overflow(overflow) -> str:
     if not isinstance(overflow, str):
-        raise TypeError(f"overflow must be 'truncate' or 'split', got {type(overflow).__name__} {overflow!r}")
+        raise TypeError(f"overflow must be 'error', 'truncate' or 'split', got {type(overflow).__name__} {overflow!r}")
     if overflow not in _OVERFLOW:
         hint = ""
         if overflow in ("bfd", "bfd_split"):
             hint = f" (TRL's strategy={overflow!r} is overflow={'truncate' if overflow == 'bfd' else 'split'!r} here)"
-        raise ValueError(f"overflow must be 'truncate' or 'split', got {overflow!r}{hint}")
+        raise ValueError(f"overflow must be 'error', 'truncate' or 'split', got {overflow!r}{hint}")
     return overflow
 
 
-def make_segments(lengths, max_sequence_length, *, overflow="truncate") -> Segments:
+def make_segments(lengths, max_sequence_length, *, overflow="error") -> Segments:
     """Cut rows of the given lengths into segments of at most ``max_sequence_length``.
 
     Parameters
@@ -67,9 +67,10 @@ def make_segments(lengths, max_sequence_length, *, overflow="truncate") -> Segme
         Tokens per row (>= 0), e.g. from :func:`row_lengths`.
     max_sequence_length : int
         Pack capacity in tokens.
-    overflow : {"truncate", "split"}
-        What to do with a longer row: ``"truncate"`` (TRL's ``bfd``) keeps its first
-        ``max_sequence_length`` tokens; ``"split"`` (TRL's ``bfd_split``) cuts it into
+    overflow : {"error", "truncate", "split"}, default "error"
+        What to do with a longer row: ``"error"`` refuses it (``ValueError`` naming the
+        row), so no token is lost unless asked; ``"truncate"`` (TRL's ``bfd``) keeps its
+        first ``max_sequence_length`` tokens; ``"split"`` (TRL's ``bfd_split``) cuts it into
         fragments of ``max_sequence_length`` (the last one shorter), losing nothing.
 
     Returns
@@ -82,7 +83,12 @@ def make_segments(lengths, max_sequence_length, *, overflow="truncate") -> Segme
     lens = as_int_array(lengths, "lengths", minimum=0)
     nonempty = lens > 0
     dropped = int(lens.size - np.count_nonzero(nonempty))
-    if overflow == "truncate":
+    if overflow == "error" and lens.size and lens.max() > L:
+        i = int(np.flatnonzero(lens > L)[0])
+        raise ValueError(f"row {i} holds {lens[i]:,} tokens > max_sequence_length = {L:,}; pass "
+                         f"overflow='truncate' to keep its first {L:,} tokens (TRL's bfd) or overflow='split' "
+                         "to cut it into pieces (TRL's bfd_split), or raise max_sequence_length")
+    if overflow in ("error", "truncate"):
         row = np.flatnonzero(nonempty).astype(np.int64)
         full = lens[row]
         length = np.minimum(full, L)

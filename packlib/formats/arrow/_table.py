@@ -14,6 +14,7 @@ from ._columns import (
     _as_table_like,
     _datasets,
     _pyarrow,
+    null_rows,
     row_lengths,
     select_list_columns,
 )
@@ -28,7 +29,7 @@ def _options(max_sequence_length, seq_length, method, max_sequences_per_pack, ov
     overflow = _as_overflow(overflow)
     position_ids = as_bool(position_ids, "position_ids")
     seed = 0 if seed is None else as_seed(seed)
-    return L, m.name, depth, overflow, position_ids, seed
+    return L, m, depth, overflow, position_ids, seed
 
 
 def _pack(table, rows_map, L, columns, method, depth, overflow, position_ids, seed):
@@ -41,7 +42,7 @@ def _pack(table, rows_map, L, columns, method, depth, overflow, position_ids, se
     if rows_map is not None:
         lens = lens[rows_map]
     seg = make_segments(lens, L, overflow=overflow)
-    packs = _methods.pack(seg.length, L, depth, method=method, seed=seed)
+    packs = _methods._pack(seg.length, L, depth, method, seed)  # checked once, by _options
     order = packs.indices
     row = seg.row[order]
     if rows_map is not None:
@@ -60,11 +61,12 @@ def _pack(table, rows_map, L, columns, method, depth, overflow, position_ids, se
         "row_bound": bound,
         "rows_over_bound": rows - bound,
         "dropped_empty_rows": seg.dropped_rows,
+        "dropped_null_rows": null_rows(table, cols[0], rows_map),
         "truncated_tokens": seg.truncated_tokens,
         "split_rows": int(np.count_nonzero(seg.start == L)),   # rows cut into 2+ fragments
         "max_sequence_length": L,
         "max_sequences_per_pack": depth,
-        "method": method,
+        "method": method.name,
         "overflow": overflow,
         "seed": seed,
         "columns": cols,
@@ -75,7 +77,7 @@ def _pack(table, rows_map, L, columns, method, depth, overflow, position_ids, se
 
 
 def pack_table(table, max_sequence_length=None, *, seq_length=None, columns=None, method="bfd",
-               max_sequences_per_pack=None, overflow="truncate", position_ids=False, seed=None):
+               max_sequences_per_pack=None, overflow="error", position_ids=False, seed=None):
     """Pack the rows of an Arrow table into rows of at most ``max_sequence_length`` tokens.
 
     Parameters
@@ -87,17 +89,21 @@ def pack_table(table, max_sequence_length=None, *, seq_length=None, columns=None
         Capacity of a packed row in tokens; ``seq_length=`` (TRL's name) is a keyword
         alias. Give one of them.
     columns : sequence of str or None, default None
-        The list columns to pack (moved together, row for row). ``None``: all columns,
-        which must then all be list columns. Other columns are left out of the result.
+        The list columns to pack (moved together, row for row). ``None``: every list
+        column. Other columns are left out of the result and listed in the report's
+        ``left_out_columns`` (the same rule as :func:`packlib.pipeline.pack_files`).
     method : str, default "bfd"
         Any :mod:`packlib.methods` name: ``"bfd"``, ``"ffd"`` (per sequence) or the
         histogram packers ``"nnls"``, ``"optimal"``, ``"lpfhp"``, ``"spfhp"``.
     max_sequences_per_pack : int or None, default None
         At most this many segments per packed row (``None``: unlimited).
-    overflow : {"truncate", "split"}, default "truncate"
-        A row longer than the capacity keeps its first tokens (TRL's ``bfd``; the rest is
-        counted in the report's ``truncated_tokens``) or is cut into fragments of
-        ``max_sequence_length`` packed separately (TRL's ``bfd_split``; nothing lost).
+    overflow : {"error", "truncate", "split"}, default "error"
+        A row longer than the capacity is refused with a ``ValueError`` naming the row
+        (the default: no token is lost unless asked), keeps its first tokens (TRL's
+        ``bfd``; the rest is counted in the report's ``truncated_tokens``) or is cut into
+        fragments of ``max_sequence_length`` packed separately (TRL's ``bfd_split``;
+        nothing lost). The command line and :func:`packlib.pipeline.pack_files` share
+        this default.
     position_ids : bool, default False
         Add a ``position_ids`` column: 0, 1, ... restarting at every segment.
     seed : int or None, default None (means 0)
@@ -159,7 +165,7 @@ def packing_report(table) -> dict:
 
 
 def pack_dataset(dataset, max_sequence_length=None, *, seq_length=None, columns=None, method="bfd",
-                 max_sequences_per_pack=None, overflow="truncate", position_ids=False, seed=None):
+                 max_sequences_per_pack=None, overflow="error", position_ids=False, seed=None):
     """Pack a Hugging Face ``datasets.Dataset`` (or each split of a ``DatasetDict``), whole.
 
     Takes the same arguments as :func:`pack_table` and returns the same type it was

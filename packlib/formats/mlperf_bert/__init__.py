@@ -54,31 +54,5 @@ __all__ = [
     "write_packed",
     "read_packed",
     "synthetic_sequences",
-    "configure_parser",
-    "run",
 ]
 
-
-def configure_parser(parser) -> None:
-    """Add the ``mlperf-bert`` options to ``parser`` (see :mod:`packlib.formats.mlperf_bert._cli`).
-
-    Parameters
-    ----------
-    parser : argparse.ArgumentParser
-    """
-    from ._cli import configure_parser as _configure
-
-    _configure(parser)
-
-
-def run(args) -> int:
-    """Run the ``mlperf-bert`` command; returns the exit status (0 on success).
-
-    Parameters
-    ----------
-    args : argparse.Namespace
-        Parsed by a parser that :func:`configure_parser` set up.
-    """
-    from ._cli import run as _run
-
-    return _run(args)

@@ -46,15 +46,15 @@ def run(args: argparse.Namespace) -> int:
     output fails verification). Bad input raises ``ValueError`` with a one-line message."""
     import sys
 
-    from ...pipeline import PipelineError, VerifyError
-    from ...pipeline.mlperf import pack_mlperf_bert
+    from .._errors import PipelineError, VerifyError
+    from ._run import pack_mlperf_bert
 
     inputs = sorted({p for g in args.input_glob for p in glob.glob(g)})
     if not inputs:
         raise ValueError(f"--input-glob {args.input_glob} matches no files")
     engine = "ray" if getattr(args, "ray_address", None) else getattr(args, "engine", "local")
     try:
-        pack_mlperf_bert(inputs, args.output_dir, args.max_sequences_per_pack, method=args.method, seed=args.seed,
+        pack_mlperf_bert(inputs, args.max_sequences_per_pack, output_dir=args.output_dir, method=args.method, seed=args.seed,
                          records_per_file=args.records_per_file, prefix=args.prefix,
                          compression=None if args.compression == "none" else "gzip", engine=engine,
                          workers=args.workers, ray_address=getattr(args, "ray_address", None),

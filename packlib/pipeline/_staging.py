@@ -1,0 +1,213 @@
+"""A run's staging: the work directory beside the output, the engine, and what stops them.
+
+A run builds its output in a hidden work directory beside it (``.<name>.tmp-<id>``) and
+publishes it with one rename. The work directory holds an owner file (pid, host, the
+process's start time), so that:
+
+- on any failure, SIGINT, SIGTERM and SIGHUP included, the engine stops first (no worker
+  writes after that), then the work directory goes: a failed run leaves nothing;
+- staging whose owner died without cleaning up (SIGKILL, the OOM killer) is recognised by
+  the next run into the same parent directory and removed, with a line saying so; staging
+  of a run that is still alive, or of another host, is never touched.
+
+Workers never outlive the driver: each starts a watchdog on the driver's pid (see
+``_tasks.worker_init``), so they exit within a second of its death however it died.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import threading
+import uuid
+
+from ._errors import InputError, Interrupted
+
+__all__ = ["Interrupted", "StagedRun", "check_output", "staging_dir"]
+
+OWNER_FILE = "_owner.json"
+_MARK = ".tmp-"
+# the signals a scheduler stops a job with; SIGINT keeps Python's own KeyboardInterrupt
+_STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n))
+
+log = logging.getLogger("packlib.pipeline")
+
+
+def check_output(output) -> str:
+    """The absolute output directory; it must not exist, or be empty, and its parent must exist."""
+    if not isinstance(output, (str, os.PathLike)):
+        raise TypeError(f"output must be a directory path (str or os.PathLike), got {type(output).__name__}")
+    out = os.path.abspath(os.fspath(output))
+    if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
+        raise InputError(f"{out}: already exists{' and is not empty' if os.path.isdir(out) else ''}; "
+                         "remove it or choose another output directory")
+    parent = os.path.dirname(out)
+    if not os.path.isdir(parent):
+        raise InputError(f"{parent}: the output's parent directory does not exist; create it first")
+    return out
+
+
+def staging_dir(out: str) -> str:
+    """A fresh work directory name beside ``out`` (hidden: readers of the parent skip it)."""
+    return os.path.join(os.path.dirname(out), f".{os.path.basename(out)}{_MARK}{uuid.uuid4().hex[:12]}")
+
+
+# ------------------------------------------------------------------------------ owners
+
+
+def _start_time(pid: int) -> str | None:
+    """The process's start time as the kernel tells it (Linux), to tell a reused pid apart."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return None
+    return stat[stat.rindex(b")") + 2:].split()[19].decode()
+
+
+def _owner() -> dict:
+    return {"pid": os.getpid(), "host": socket.gethostname(), "start": _start_time(os.getpid())}
+
+
+def _alive(owner: dict) -> bool:
+    pid = owner.get("pid")
+    if not isinstance(pid, int) or pid <= 0:
+        return True  # not ours to judge
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # exists, another user's
+    recorded, now = owner.get("start"), _start_time(pid)
+    return recorded is None or now is None or recorded == now
+
+
+def remove_dead_staging(parent: str) -> list[str]:
+    """Remove the work directories in ``parent`` whose owner (on this host) is dead."""
+    removed = []
+    host = socket.gethostname()
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return removed
+    for name in names:
+        path = os.path.join(parent, name)
+        if not (name.startswith(".") and _MARK in name) or not os.path.isdir(path):
+            continue
+        try:
+            with open(os.path.join(path, OWNER_FILE), encoding="utf-8") as fh:
+                owner = json.load(fh)
+        except (OSError, ValueError):
+            continue  # no owner file (yet, or not a packlib run): leave it
+        if not isinstance(owner, dict) or owner.get("host") != host or _alive(owner):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        if not os.path.exists(path):
+            removed.append(path)
+            log.warning("packlib: removed %s, the staging of a run that died (pid %s on %s)",
+                        path, owner.get("pid"), host)
+    return removed
+
+
+# ------------------------------------------------------------------------------ signals
+
+
+class _SignalGuard:
+    """SIGTERM / SIGHUP raise :class:`Interrupted` in the main thread while the run is
+    armed; the caller's handlers come back when it ends. While the run cleans up, a second
+    signal is held back (cleaning up is what it asked for) and raised afterwards."""
+
+    def __init__(self):
+        self._saved = {}
+        self._cleaning = False
+        self._pending = None
+
+    def _handler(self, signum, frame):
+        if self._cleaning:
+            self._pending = self._pending or signum
+            return
+        raise Interrupted(signum)
+
+    def arm(self):
+        if threading.current_thread() is not threading.main_thread():
+            return  # only the main thread may set handlers; the caller's stay in force
+        for s in _STOP_SIGNALS:
+            self._saved[s] = signal.signal(s, self._handler)
+
+    def cleaning(self):
+        self._cleaning = True
+
+    def disarm(self):
+        for s, h in self._saved.items():
+            signal.signal(s, h)
+        self._saved.clear()
+        pending, self._pending = self._pending, None
+        return pending
+
+
+# ------------------------------------------------------------------------------ the run
+
+
+def make_engine(engine: str, workers, ray_address):
+    if engine == "ray":
+        from ._ray import RayEngine
+
+        return RayEngine(workers, ray_address)
+    from ._local import LocalEngine
+
+    return LocalEngine(workers if workers is not None else (os.cpu_count() or 1))
+
+
+class StagedRun:
+    """A run's engine and work directory (see the module docs). On any failure the engine
+    is aborted first (workers killed: none writes after that), then the work directory
+    goes; the engine is closed however the run ends, and the caller's signal handlers are
+    restored."""
+
+    def __init__(self, work: str, engine, workers, ray_address):
+        self.work, self._args, self.engine = work, (engine, workers, ray_address), None
+        self._signals = _SignalGuard()
+
+    def __enter__(self):
+        self._signals.arm()
+        try:
+            remove_dead_staging(os.path.dirname(self.work))
+            os.makedirs(os.path.join(self.work, "_spill"))
+            with open(os.path.join(self.work, OWNER_FILE), "w", encoding="utf-8") as fh:
+                json.dump(_owner(), fh)
+            self.engine = make_engine(*self._args)
+        except BaseException:
+            shutil.rmtree(self.work, ignore_errors=True)
+            self._signals.disarm()
+            raise
+        return self
+
+    def publish(self, out: str, *, merge: bool = False) -> None:
+        """Move the finished work directory to ``out`` (its owner file left behind)."""
+        os.remove(os.path.join(self.work, OWNER_FILE))
+        if not merge or not os.path.exists(out):
+            if os.path.isdir(out):
+                os.rmdir(out)  # empty (checked at the start); another run's files make this fail
+            os.replace(self.work, out)
+            return
+        for name in sorted(os.listdir(self.work)):
+            os.replace(os.path.join(self.work, name), os.path.join(out, name))
+        os.rmdir(self.work)
+
+    def __exit__(self, exc_type, exc, tb):
+        self._signals.cleaning()
+        try:
+            if self.engine is not None:
+                self.engine.close(abort=exc_type is not None)
+                self.engine = None
+            if exc_type is not None:
+                shutil.rmtree(self.work, ignore_errors=True)
+        finally:
+            pending = self._signals.disarm()
+        if pending is not None and exc_type is None:
+            signal.raise_signal(pending)  # the run is done; the caller's handler gets the signal it missed
+        return False
