@@ -71,7 +71,7 @@ def main():
     # warm-up (compile or cache load), measured separately
     t0 = time.perf_counter()
     for m in ("megatron", "smooth", "shuffled"):
-        packlib.blend(rng.lognormal(size=50), 2000, m)
+        packlib.blend(rng.lognormal(size=50), 2000, method=m)
     warm_packlib = time.perf_counter() - t0
     t0 = time.perf_counter()
     megatron_cpp_loop(np.empty(10, np.int16), np.empty(10, np.int64), np.full(2, 0.5), 10)
@@ -114,7 +114,7 @@ def main():
     print(f"\nsmooth / shuffled, {k} datasets x {n_big:,} samples (lognormal weights)")
     w = rng.lognormal(0, 1, k)
     ww = normalise(w)
-    counts = packlib.blend(w, n_big, "shuffled", materialize=False).counts
+    counts = packlib.blend(w, n_big, method="shuffled", materialize=False).counts
     out_d = np.empty(n_big, np.int16)
     out_s = np.empty(n_big, np.int64)
     out_d.fill(0)  # touch the pages once: the "reused" rows never page-fault
@@ -127,8 +127,8 @@ def main():
     rows = {
         "floor, fresh arrays (np.full + np.arange)": lambda: (np.full(n_big, 3, np.int16), np.arange(n_big, dtype=np.int64)),
         "floor, reused arrays (two fills)": lambda: (out_d.fill(3), out_s.fill(7)),
-        "smooth, blend()": lambda: packlib.blend(w, n_big, "smooth"),
-        "shuffled, blend()": lambda: packlib.blend(w, n_big, "shuffled", seed=1),
+        "smooth, blend()": lambda: packlib.blend(w, n_big, method="smooth"),
+        "shuffled, blend()": lambda: packlib.blend(w, n_big, method="shuffled", seed=1),
         "smooth kernel, 1 thread, reused": lambda: smooth_fill(ww, n_big, np.zeros(k, np.int64), out_d, out_s),
         "shuffled kernel, 1 thread, reused": lambda: shuffled_fill(0, n_big, n_big, *p, out_d, out_s),
     }
@@ -148,7 +148,7 @@ def main():
     for name, t in best.items():
         print(f"{name:<44}{fmt(t):>10}{t / fresh:>10.1f}")
     print(f"{'numpy: repeat + in-place shuffle (int16)':<44}{fmt(t_np_shuffle):>10}{t_np_shuffle / fresh:>10.1f}")
-    lazy = packlib.blend(w, n_big, "shuffled", seed=1, materialize=False)
+    lazy = packlib.blend(w, n_big, method="shuffled", seed=1, materialize=False)
     t, _ = timed(lambda: lazy.slice(n_big // 2, n_big // 2 + 1_000_000), 5)
     print(f"{'shuffled: one 1M slice, no build':<44}{fmt(t):>10}")
 

@@ -160,7 +160,7 @@ def test_exhaustive_zero_size_is_skipped():
     st.integers(0, 300),
 )
 def test_smooth_quota_every_prefix(w, n):
-    idx = packlib.blend(w, n, "smooth")
+    idx = packlib.blend(w, n, method="smooth")
     assert nb.quota_violations(idx.weights, idx.dataset_index) == []
     assert nb.is_quota_apportionment(idx.weights, n, idx.counts)
     assert np.array_equal(np.bincount(idx.dataset_index, minlength=len(w)), idx.counts)
@@ -168,7 +168,7 @@ def test_smooth_quota_every_prefix(w, n):
     for i in range(len(w)):
         assert idx.dataset_sample_index[idx.dataset_index == i].tolist() == list(range(idx.counts[i]))
     # and a smaller size gives the first part of the same order
-    part = packlib.blend(w, n // 2, "smooth")
+    part = packlib.blend(w, n // 2, method="smooth")
     assert np.array_equal(part.dataset_index, idx.dataset_index[: n // 2])
 
 
@@ -181,7 +181,7 @@ def test_smooth_quota_families(k):
         if not (w > 0).any():
             w[0] = 1
         n = 3000 if k < 100 else 1200
-        idx = packlib.blend(w, n, "smooth")
+        idx = packlib.blend(w, n, method="smooth")
         # exact check via integer comparisons (floor(w*s) <= c <= ceil(w*s)) for all prefixes
         from fractions import Fraction
 
@@ -200,18 +200,18 @@ def test_smooth_quota_families(k):
 def test_largest_remainder_tie_rule():
     # remainders 0.5, 0.5, 0: the lower index gets the seat
     assert nb.largest_remainder([1, 1], 3).tolist() == [2, 1]
-    assert packlib.blend([1, 1], 3, "smooth").counts.tolist() == [2, 1]
-    assert packlib.blend([1, 1, 1], 4, "shuffled").counts.tolist() == [2, 1, 1]
+    assert packlib.blend([1, 1], 3, method="smooth").counts.tolist() == [2, 1]
+    assert packlib.blend([1, 1, 1], 4, method="shuffled").counts.tolist() == [2, 1, 1]
     # no remainder left: nothing is added (the published x[-0:] bug added 1 to all)
-    assert packlib.blend([1, 3], 8, "shuffled").counts.tolist() == [2, 6]
+    assert packlib.blend([1, 3], 8, method="shuffled").counts.tolist() == [2, 6]
 
 
 @given(weights_st, st.integers(0, 2000), st.integers(0, 2**64 - 1))
 def test_shuffled_totals_numbering_and_slices(w, n, seed):
-    idx = packlib.blend(w, n, "shuffled", seed=seed)
+    idx = packlib.blend(w, n, method="shuffled", seed=seed)
     assert np.array_equal(idx.counts, nb.largest_remainder(idx.weights, n))
     assert nb.sample_numbering_ok(idx.dataset_index, idx.dataset_sample_index, idx.counts)
-    lazy = packlib.blend(w, n, "shuffled", seed=seed, materialize=False)
+    lazy = packlib.blend(w, n, method="shuffled", seed=seed, materialize=False)
     assert lazy.dataset_index is None
     rng = np.random.default_rng(seed % 1000)
     for _ in range(3):
@@ -228,15 +228,15 @@ def test_shuffled_is_a_permutation_and_seeded():
             keys = np.array([seed * 7 + r + 1 for r in range(4)], np.uint64)
             perm = [K.permute(x, n, a, b, keys) for x in range(n)]
             assert sorted(perm) == list(range(n))
-    x = packlib.blend([1, 2, 3], 500, "shuffled", seed=1).dataset_index
-    y = packlib.blend([1, 2, 3], 500, "shuffled", seed=1).dataset_index
-    z = packlib.blend([1, 2, 3], 500, "shuffled", seed=2).dataset_index
+    x = packlib.blend([1, 2, 3], 500, method="shuffled", seed=1).dataset_index
+    y = packlib.blend([1, 2, 3], 500, method="shuffled", seed=1).dataset_index
+    z = packlib.blend([1, 2, 3], 500, method="shuffled", seed=2).dataset_index
     assert np.array_equal(x, y) and not np.array_equal(x, z)
 
 
 def test_shuffled_golden():
     """Same seed, same index on every machine (pins the Feistel keys and round function)."""
-    idx = packlib.blend([0.5, 0.3, 0.2], 12, "shuffled", seed=7)
+    idx = packlib.blend([0.5, 0.3, 0.2], 12, method="shuffled", seed=7)
     assert idx.counts.tolist() == [6, 4, 2]
     assert idx.dataset_index.tolist() == GOLDEN_SHUFFLED
 
@@ -248,19 +248,19 @@ def test_shuffled_looks_uniform():
     """Each dataset's share in each quarter of the stream is near its weight, and the
     first position is spread over the datasets across seeds (a failing order would not)."""
     n = 40000
-    idx = packlib.blend([0.5, 0.25, 0.25], n, "shuffled", seed=11)
+    idx = packlib.blend([0.5, 0.25, 0.25], n, method="shuffled", seed=11)
     for q in range(4):
         part = idx.dataset_index[q * n // 4 : (q + 1) * n // 4]
         share = np.bincount(part, minlength=3) / part.size
         assert np.allclose(share, [0.5, 0.25, 0.25], atol=0.02)
-    lazy = [packlib.blend([1, 1], 1000, "shuffled", seed=s, materialize=False) for s in range(200)]
+    lazy = [packlib.blend([1, 1], 1000, method="shuffled", seed=s, materialize=False) for s in range(200)]
     firsts = [int(x.slice(0, 1)[0][0]) for x in lazy]
     assert 70 < sum(firsts) < 130
 
 
 @pytest.mark.parametrize("method", METHODS)
 def test_slices_equal_full(method):
-    idx = packlib.blend(np.random.default_rng(1).lognormal(size=20), 5000, method, seed=3)
+    idx = packlib.blend(np.random.default_rng(1).lognormal(size=20), 5000, method=method, seed=3)
     for a, b in [(0, 0), (0, 5000), (17, 4000), (4999, 5000)]:
         d, s = idx.slice(a, b)
         assert np.array_equal(d, idx.dataset_index[a:b]) and np.array_equal(s, idx.dataset_sample_index[a:b])
@@ -272,8 +272,8 @@ def test_slices_equal_full(method):
 
 @pytest.mark.parametrize("method", METHODS)
 def test_deterministic(method):
-    a = packlib.blend([3, 1, 2], 777, method, seed=5)
-    b = packlib.blend([3, 1, 2], 777, method, seed=5)
+    a = packlib.blend([3, 1, 2], 777, method=method, seed=5)
+    b = packlib.blend([3, 1, 2], 777, method=method, seed=5)
     assert np.array_equal(a.dataset_index, b.dataset_index)
     assert np.array_equal(a.dataset_sample_index, b.dataset_sample_index)
     assert not a.dataset_index.flags.writeable and not a.counts.flags.writeable
@@ -301,14 +301,14 @@ def test_deterministic(method):
 )
 def test_bad_input(weights, size, method):
     with pytest.raises((ValueError, TypeError)):
-        packlib.blend(weights, size, method)
+        packlib.blend(weights, size, method=method)
 
 
 def test_bad_input_other():
     with pytest.raises(ValueError):
-        packlib.blend([1, 2], 10, "megatron", materialize=False)
+        packlib.blend([1, 2], 10, method="megatron", materialize=False)
     with pytest.raises(ValueError):
-        packlib.blend([1, 2], 10, "shuffled", seed=-1)
+        packlib.blend([1, 2], 10, method="shuffled", seed=-1)
     for sizes in ([0, 0], [1, -1], [1.5], [], [2**63 - 1, 2**63 - 1, 3], [True]):
         with pytest.raises((ValueError, TypeError)):
             packlib.blend_exhaustive(sizes)
@@ -316,16 +316,16 @@ def test_bad_input_other():
 
 def test_zero_weights_allowed_for_smooth_and_shuffled():
     for method in ("smooth", "shuffled"):
-        idx = packlib.blend([1, 0, 2], 300, method)
+        idx = packlib.blend([1, 0, 2], 300, method=method)
         assert idx.counts[1] == 0 and 1 not in idx.dataset_index.tolist()
 
 
 def test_index_dtype_switches_at_32767():
     k = 32767
-    idx = packlib.blend(np.ones(k), 10, "shuffled", materialize=False)
+    idx = packlib.blend(np.ones(k), 10, method="shuffled", materialize=False)
     assert idx.slice(0, 10)[0].dtype == np.int32
     assert packlib.blend(np.ones(k), 10).dataset_index.dtype == np.int32
-    assert packlib.blend(np.ones(k - 1), 10, "shuffled").dataset_index.dtype == np.int16
+    assert packlib.blend(np.ones(k - 1), 10, method="shuffled").dataset_index.dtype == np.int16
 
 
 # --------------------------------------------------------------------------- cache and display
@@ -334,7 +334,7 @@ def test_index_dtype_switches_at_32767():
 @pytest.mark.parametrize("method", METHODS)
 def test_save_load_roundtrip(tmp_path, method):
     w = [0.2, 0.5, 0.3]
-    idx = packlib.blend(w, 1000, method, seed=9)
+    idx = packlib.blend(w, 1000, method=method, seed=9)
     path = idx.save(tmp_path)
     assert path.name == f"{idx.digest}-BlendedIndex-description.txt"
     assert (tmp_path / f"{idx.digest}-BlendedIndex-dataset_index.npy").exists()
@@ -362,18 +362,18 @@ def test_load_detects_tampering(tmp_path):
 
 
 def test_digest_depends_on_every_input():
-    base = packlib.blend([1, 2], 10, "shuffled", seed=1)
+    base = packlib.blend([1, 2], 10, method="shuffled", seed=1)
     others = [
-        packlib.blend([1, 3], 10, "shuffled", seed=1),
-        packlib.blend([1, 2], 11, "shuffled", seed=1),
-        packlib.blend([1, 2], 10, "shuffled", seed=2),
-        packlib.blend([1, 2], 10, "smooth"),
+        packlib.blend([1, 3], 10, method="shuffled", seed=1),
+        packlib.blend([1, 2], 11, method="shuffled", seed=1),
+        packlib.blend([1, 2], 10, method="shuffled", seed=2),
+        packlib.blend([1, 2], 10, method="smooth"),
     ]
     assert len({base.digest, *(o.digest for o in others)}) == 5
 
 
 def test_repr_and_dict():
-    idx = packlib.blend(np.arange(1, 31), 1000, "shuffled", seed=4)
+    idx = packlib.blend(np.arange(1, 31), 1000, method="shuffled", seed=4)
     r = repr(idx)
     assert "shuffled" in r and "1,000" in r and "datasets=30" in r
     html = idx._repr_html_()
@@ -387,9 +387,9 @@ def test_progress_chunks_give_the_same_index(monkeypatch, method):
     import packlib.blending._common as pb
 
     w = np.random.default_rng(2).lognormal(size=300)
-    plain = packlib.blend(w, 5000, method, seed=2, progress=False)
+    plain = packlib.blend(w, 5000, method=method, seed=2, progress=False)
     monkeypatch.setattr(pb, "CHUNK", 777)  # many kernel calls, boundaries mid-block
-    chunked = packlib.blend(w, 5000, method, seed=2, progress=True)
+    chunked = packlib.blend(w, 5000, method=method, seed=2, progress=True)
     assert np.array_equal(plain.dataset_index, chunked.dataset_index)
     assert np.array_equal(plain.dataset_sample_index, chunked.dataset_sample_index)
 
@@ -402,20 +402,20 @@ def test_shuffled_threads_and_chunks_agree(monkeypatch):
 
     w = np.random.default_rng(3).lognormal(0, 2, 300)
     n = 3_000_001
-    full = packlib.blend(w, n, "shuffled", seed=5)
+    full = packlib.blend(w, n, method="shuffled", seed=5)
     assert B.worker_count(n) >= 1
     monkeypatch.setattr(B, "worker_count", lambda n: 1)
     monkeypatch.setattr(B, "CHUNK", 1 << 20)
-    one = packlib.blend(w, n, "shuffled", seed=5, progress=False)
+    one = packlib.blend(w, n, method="shuffled", seed=5, progress=False)
     chunked = shuffled_range(full.counts, n, 5, 0, n, progress=True)
     monkeypatch.setattr(B, "worker_count", lambda n: 3)
-    three = packlib.blend(w, n, "shuffled", seed=5)
+    three = packlib.blend(w, n, method="shuffled", seed=5)
     for other in (one, three):
         assert np.array_equal(full.dataset_index, other.dataset_index)
         assert np.array_equal(full.dataset_sample_index, other.dataset_sample_index)
     assert np.array_equal(full.dataset_index, chunked[0]) and np.array_equal(full.dataset_sample_index, chunked[1])
     assert np.array_equal(np.bincount(full.dataset_index, minlength=300), full.counts)
-    lazy = packlib.blend(w, n, "shuffled", seed=5, materialize=False)
+    lazy = packlib.blend(w, n, method="shuffled", seed=5, materialize=False)
     d, s = lazy.slice(1_234_567, 1_300_000)
     assert np.array_equal(d, full.dataset_index[1_234_567:1_300_000])
     assert np.array_equal(s, full.dataset_sample_index[1_234_567:1_300_000])
@@ -434,7 +434,7 @@ def test_smooth_two_threads_equal_one(monkeypatch):
     rng = np.random.default_rng(8)
     cases = ((rng.lognormal(0, 1, 1000), 1_000_003), (rng.lognormal(0, 3, 50), 300_001), ([1.0, 2.0], 5))
     for (w, n), progress in zip(cases, (False, True, False)):
-        idx = packlib.blend(w, n, "smooth", progress=progress)
+        idx = packlib.blend(w, n, method="smooth", progress=progress)
         d = np.empty(n, idx.dataset_index.dtype)
         s = np.empty(n, np.int64)
         c = np.zeros(len(w), np.int64)
@@ -457,7 +457,7 @@ def test_smooth_two_threads_surface_errors(monkeypatch):
 
     monkeypatch.setattr(KS, "block_jobs", broken)
     with pytest.raises(MemoryError, match="simulated"):
-        packlib.blend([1.0, 2.0, 3.0], 200_000, "smooth")
+        packlib.blend([1.0, 2.0, 3.0], 200_000, method="smooth")
 
 
 def test_smooth_progress_one_thread_equal(monkeypatch):
@@ -466,7 +466,7 @@ def test_smooth_progress_one_thread_equal(monkeypatch):
 
     monkeypatch.setattr(B, "worker_count", lambda n: 1)
     w = np.random.default_rng(9).lognormal(0, 1, 300)
-    a = packlib.blend(w, 400_001, "smooth", progress=True)
-    b = packlib.blend(w, 400_001, "smooth", progress=False)
+    a = packlib.blend(w, 400_001, method="smooth", progress=True)
+    b = packlib.blend(w, 400_001, method="smooth", progress=False)
     assert np.array_equal(a.dataset_index, b.dataset_index) and np.array_equal(a.dataset_sample_index, b.dataset_sample_index)
     assert np.array_equal(a.counts, b.counts)

@@ -467,7 +467,7 @@ def _index_ok(size=None, counts=None):
 @FUZZ
 @given(bad_int_arrays(good=(3, 1, 2)), st.sampled_from(["megatron", "smooth", "shuffled"]))
 def test_blend_bad_weights(weights, method):
-    assert_clear_error_or(lambda: blend(weights, 50, method, seed=1), _index_ok(50))
+    assert_clear_error_or(lambda: blend(weights, 50, method=method, seed=1), _index_ok(50))
 
 
 @FUZZ
@@ -475,7 +475,7 @@ def test_blend_bad_weights(weights, method):
                         np.array([1, 2], ">f8"), np.array([1, 2, 3, 4], float)[::2], np.float32([1, 2])]),
        st.sampled_from(["megatron", "smooth", "shuffled"]))
 def test_blend_float_weights(weights, method):
-    assert_clear_error_or(lambda: blend(weights, 50, method, seed=1), _index_ok(50))
+    assert_clear_error_or(lambda: blend(weights, 50, method=method, seed=1), _index_ok(50))
 
 
 @FUZZ
@@ -520,7 +520,7 @@ def test_blend_exhaustive_total_never_wraps():
 @FUZZ
 @given(bad_scalars(), bad_scalars())
 def test_blended_index_slice_bad_bounds(start, stop):
-    for idx in (blend([1, 2], 30, "megatron"), blend([1, 2], 30, "shuffled", materialize=False)):
+    for idx in (blend([1, 2], 30, method="megatron"), blend([1, 2], 30, method="shuffled", materialize=False)):
         full = idx.materialize()
 
         def check(out, start=start, stop=stop, full=full):
@@ -536,7 +536,7 @@ def test_blended_index_slice_bad_bounds(start, stop):
     dict(dataset_index=np.zeros(30, np.int64)), dict(dataset_index=None), dict(weights=[1.0]), dict(weights=[np.nan, 1]),
 ], ids=repr)
 def test_blended_index_constructor_checks(kw):
-    idx = blend([1, 2], 30, "megatron")
+    idx = blend([1, 2], 30, method="megatron")
     args = dict(dataset_index=idx.dataset_index, dataset_sample_index=idx.dataset_sample_index, counts=idx.counts,
                 weights=idx.weights, method=idx.method, seed=0, size=30)
     args.update(kw)
@@ -549,7 +549,7 @@ def test_blended_index_constructor_checks(kw):
 
 
 def _cache(tmp_path, method="megatron"):
-    idx = blend([0.2, 0.5, 0.3], 300, method, seed=3)
+    idx = blend([0.2, 0.5, 0.3], 300, method=method, seed=3)
     desc = idx.save(tmp_path)
     return idx, desc, {n: tmp_path / f"{idx.digest}-BlendedIndex-{n}.npy" for n in ("dataset_index", "dataset_sample_index", "counts")}
 
@@ -987,8 +987,8 @@ for i in range(len(rec)):
 w = rng.lognormal(size=7)
 for m in ("megatron", "smooth", "shuffled"):
     for n in (0, 1, 2, 97, 5000):
-        packlib.blend(w, n, m, seed=3).validate()
-lazy = packlib.blend(w, 2**40, "shuffled", seed=1, materialize=False)
+        packlib.blend(w, n, method=m, seed=3).validate()
+lazy = packlib.blend(w, 2**40, method="shuffled", seed=1, materialize=False)
 lazy.slice(2**40 - 100, 2**40)
 packlib.blend_exhaustive([3, 0, 5, 1]).validate()
 print("ok")

@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._progress import progress_bar
-from .._validate import as_bool, as_choice, as_int_array, as_nonnegative_int, as_seed, check_total, exact_sum, readonly
+from .._validate import as_bool, as_choice, deprecated_positional, as_int_array, as_nonnegative_int, as_seed, check_total, exact_sum, readonly
 from . import _common, _feistel, _smooth
 from ._common import METHODS, largest_remainder
 from ._index import BlendedIndex
@@ -44,9 +44,12 @@ __all__ = ["BlendedIndex", "blend", "blend_exhaustive"]
 _MEGATRON_BLOCK = 32
 
 
-def blend(
-    weights, size, method: str = "megatron", seed: int = 0, progress=None, *, materialize: bool = True
-) -> BlendedIndex:
+_BLEND_POSITIONAL = ("method", "seed", "progress")
+_UNSET = object()
+
+
+def blend(weights, size, *args, method: str = "megatron", seed: int = 0, progress=None,
+          materialize: bool = True) -> BlendedIndex:
     """Blend ``k`` datasets by weight into an index of ``size`` samples.
 
     Parameters
@@ -56,6 +59,9 @@ def blend(
         Megatron-Core does). ``megatron`` needs every weight > 0.
     size : int
         Number of samples, ``>= 0``.
+    *args
+        Deprecated: ``method``, ``seed`` and ``progress`` by position (the 0.2 spelling)
+        still work for one release, with a ``DeprecationWarning``; pass them by keyword.
     method : {"megatron", "smooth", "shuffled"}
         ``megatron``: Megatron-Core's greedy, bit-identical. Cost O(size * (k/B + m)) for
         blocks of ``B = 32`` steps and the ``m`` datasets near the top (a few dozen for
@@ -100,6 +106,12 @@ def blend(
     >>> idx.counts.tolist()
     [5, 3, 2]
     """
+    if args:  # the 0.2 spelling blend(weights, size, method=method, seed, progress), for one more release
+        given = {"method": method, "seed": seed, "progress": progress}
+        defaults = {"method": "megatron", "seed": 0, "progress": None}
+        given.update(deprecated_positional("blend", args, _BLEND_POSITIONAL,
+                                           {k: (_UNSET if v == defaults[k] else v) for k, v in given.items()}, _UNSET))
+        method, seed, progress = given["method"], given["seed"], given["progress"]
     method = as_choice(method, "method", METHODS)
     w = _common.weights_for(weights, method)
     n = as_nonnegative_int(size, "size")

@@ -107,7 +107,7 @@ class BlendedIndex:
         position is touched, so every rank of a data-parallel job can compute only its own
         part (see docs/blending.md). ``megatron`` and ``smooth`` are sequential
         constructions, so a slice of them costs building the index up to ``stop`` once
-        (for ``smooth`` that is ``blend(weights, stop, "smooth")`` itself, whose index is
+        (for ``smooth`` that is ``blend(weights, stop, method="smooth")`` itself, whose index is
         the first part of any larger one); build it once (or :meth:`load` a saved one)
         and slice the result.
 
