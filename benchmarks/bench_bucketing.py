@@ -69,7 +69,7 @@ def main():
     gc.freeze()  # the dataset is long-lived, as in a trainer: keep it out of GC passes
 
     t0 = time.perf_counter()
-    packlib.bucket(lens[:100], 10, batch_size=4)
+    packlib.bucket(lens[:100], read_ahead=10, batch_size=4)
     warm = time.perf_counter() - t0
     t0 = time.perf_counter()
     list(packlib.BucketedReadaheadBatchIterator(ints[:3000], 1000, key=lambda x: x, batch_size=lambda x: 1024 // x))
@@ -103,13 +103,13 @@ def main():
         print(f"{'  packlib reading the plain list itself':<44}{'':>20}{n / t_pl2 / 1e6:>15.2f} M{t_ib / t_pl2:>7.1f}x")
         del b_ib, b_pl
 
-    print("\narray path: packlib.bucket(lengths, 10000, ...) vs infinibatch on int items (same batches)")
+    print("\narray path: packlib.bucket(lengths, read_ahead=10000, ...) vs infinibatch on int items (same batches)")
     idx = list(range(n))
     for label, kw, bs in (
         ("batch_size=32", dict(batch_size=32), 32),
         ("max_tokens=16384", dict(max_tokens=16384), lambda i: 16384 // ints[i]),
     ):
-        t_b, res = timed(lambda: packlib.bucket(lens, ra, **kw), 5)
+        t_b, res = timed(lambda: packlib.bucket(lens, read_ahead=ra, **kw), 5)
         t_ib, _ = timed(lambda: consume(IB(Native(idx), ra, key=ints.__getitem__, batch_size=bs, seed=0)), args.repeat)
         same = res.to_list() == list(IB(Native(idx), ra, key=ints.__getitem__, batch_size=bs, seed=0))
         print(f"  {label:<20} bucket {n / t_b / 1e6:8.1f} M items/s  infinibatch {n / t_ib / 1e6:6.2f} M  "
@@ -121,7 +121,7 @@ def main():
     pad_rand = 1 - rnd.sum() / sum(len(rnd[i:i + 32]) * rnd[i:i + 32].max() for i in range(0, n, 32))
     print(f"  baselines, batches of 32: random {100 * pad_rand:.2f} % padding, global sort {100 * pad_sorted:.4f} % ({nb:,} batches)")
     print("  padding vs read_ahead (batch_size=32): " + ", ".join(
-        f"{r:,} -> {100 * packlib.bucket(lens, r, batch_size=32).padding:.3f} %" for r in (1000, 10_000, 100_000)))
+        f"{r:,} -> {100 * packlib.bucket(lens, read_ahead=r, batch_size=32).padding:.3f} %" for r in (1000, 10_000, 100_000)))
 
     print("\ncheckpoint (dict items, dynamic batch size):")
     it = packlib.BucketedReadaheadBatchIterator(dicts, ra, key=lambda d: d["length"], batch_size=lambda d: 16384 // d["length"])

@@ -92,8 +92,8 @@ def warmup(verbose: bool = False) -> float:
     # bucketing
     from .bucketing import BucketedReadaheadBatchIterator, bucket, pack_stream
 
-    bucket(lengths, 4, batch_size=2, shuffle=True)
-    bucket(lengths, 4, max_tokens=L, shuffle=False)
+    bucket(lengths, read_ahead=4, batch_size=2, shuffle=True)
+    bucket(lengths, read_ahead=4, max_tokens=L, shuffle=False)
     list(BucketedReadaheadBatchIterator(list(range(2000)), 2000, key=lambda x: x % 7, batch_size=1))
     list(pack_stream(lengths.tolist(), L, read_ahead=4, key=int))
     _step("bucketing", verbose, t0)
@@ -102,7 +102,7 @@ def warmup(verbose: bool = False) -> float:
     from .formats import mlperf_bert, tfrecord
 
     tfrecord.crc32c(b"123456789", "numba")
-    seqs = mlperf_bert.synthetic_sequences(6, 0, max_sequence_length=32, max_predictions=4)
+    seqs = mlperf_bert.synthetic_sequences(6, seed=0, max_sequence_length=32, max_predictions=4)
     seqs.fingerprints()
     packs = bfd_pack(seqs.lengths, max_sequence_length=32, max_sequences_per_pack=3)
     data, offsets = mlperf_bert.encode_packed(seqs, packs, max_sequences_per_pack=3)

@@ -144,7 +144,7 @@ def test_accepts_infinibatch_sources():
 def test_bucket_matches_naive_and_infinibatch(lens, read_ahead, sizes, shuffle, seed):
     ib, IB, Native = _ib()
     batch_size, max_tokens = sizes
-    got = bucket(lens, read_ahead, batch_size=batch_size, max_tokens=max_tokens, shuffle=shuffle, seed=seed)
+    got = bucket(lens, read_ahead=read_ahead, batch_size=batch_size, max_tokens=max_tokens, shuffle=shuffle, seed=seed)
     want = naive_bucket_lengths(lens, read_ahead, batch_size, max_tokens, shuffle, seed)
     assert got.to_list() == want
     bs = batch_size if batch_size is not None else (lambda i: max_tokens // lens[i])
@@ -161,7 +161,7 @@ def test_bucket_wide_lengths_use_merge_sort():
     lens = rng.integers(1, 10**12, 500)
     lens[::7] = lens[3]  # ties
     for kw in (dict(batch_size=4), dict(max_tokens=int(lens.max()) * 3)):
-        got = bucket(lens, 64, seed=5, **kw).to_list()
+        got = bucket(lens, read_ahead=64, seed=5, **kw).to_list()
         assert got == naive_bucket_lengths(lens, 64, kw.get("batch_size"), kw.get("max_tokens"), True, 5)
 
 
@@ -175,7 +175,7 @@ def test_bucket_result_type_and_padding_golden():
     assert not b.indices.flags.writeable
     assert "2 batches" in repr(b)
     assert [x.tolist() for x in b] == b.to_list() and b[-1].tolist() == [2, 1]
-    e = bucket([], 5, batch_size=2)
+    e = bucket([], read_ahead=5, batch_size=2)
     assert e.num_batches == 0 and e.padding == 0.0
 
 
@@ -281,13 +281,13 @@ def test_rank_sharding(lens, read_ahead, world_size, remainder, seed):
     # expected: each window's unsharded batches (naive reference), dealt out round-robin
     allb = iter(naive_bucket(list(lens), read_ahead, lambda x: x, bs, seed=seed))
     expected = [[] for _ in range(world_size)]
-    for c in bucket(lens, read_ahead, max_tokens=60, seed=seed).window_batches.tolist():
+    for c in bucket(lens, read_ahead=read_ahead, max_tokens=60, seed=seed).window_batches.tolist():
         wb = [next(allb) for _ in range(c)]
         for r in range(world_size):
             expected[r].extend(naive_shard(wb, r, world_size, remainder))
     assert per_rank == expected
     for r in range(world_size):
-        sh = bucket(lens, read_ahead, max_tokens=60, seed=seed, rank=r, world_size=world_size, remainder=remainder)
+        sh = bucket(lens, read_ahead=read_ahead, max_tokens=60, seed=seed, rank=r, world_size=world_size, remainder=remainder)
         assert [[lens[i] for i in b] for b in sh.to_list()] == per_rank[r]
         assert sh.window_batches.sum() == sh.num_batches
     served = sorted(x for g in per_rank for b in g for x in b)
@@ -368,7 +368,7 @@ def test_bad_items():
 )
 def test_bucket_bad_input(args, kwargs, match):
     with pytest.raises((ValueError, TypeError), match=match):
-        bucket(*args, **kwargs)
+        bucket(args[0], read_ahead=args[1], **kwargs)
 
 
 # ---------------------------------------------------------------- pack_stream
@@ -462,13 +462,17 @@ def test_deprecated_positional_arguments_still_work():
     with pytest.warns(DeprecationWarning, match="pass read_ahead=...,"):
         old = list(pack_stream([3, 1, 2, 4], 5, 2, lambda x: x, "ffd", None, 0))
     assert old == list(pack_stream([3, 1, 2, 4], 5, read_ahead=2, key=lambda x: x, method="ffd"))
-    with pytest.warns(DeprecationWarning, match="batch_size, max_tokens, shuffle"):
+    with pytest.warns(DeprecationWarning, match="read_ahead, batch_size, max_tokens, shuffle"):
         b = bucket([3, 1, 2, 5], 4, 2, None, False)
-    assert b.to_list() == bucket([3, 1, 2, 5], 4, batch_size=2, shuffle=False).to_list()
+    assert b.to_list() == bucket([3, 1, 2, 5], read_ahead=4, batch_size=2, shuffle=False).to_list()
+    with pytest.warns(DeprecationWarning, match="pass read_ahead=... by keyword"):
+        assert bucket([3, 1, 2, 5], 4, batch_size=2, shuffle=False).to_list() == b.to_list()
+    with pytest.raises(TypeError, match="needs read_ahead"):
+        bucket([3, 1, 2, 5], batch_size=2)
     with pytest.raises(TypeError, match="multiple values"):
         bucket([3, 1], 4, 2, batch_size=2)
     with pytest.raises(TypeError, match="at most"):
-        bucket([3, 1], 4, 2, None, True, 0, 5)
+        bucket([3, 1], 4, 2, None, True, 0, 5, 6)
 
 
 def test_pack_stream_setstate_validates():

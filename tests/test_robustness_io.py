@@ -49,12 +49,12 @@ def test_bucket_huge_lengths_do_not_crash():
     run_isolated("""
         import numpy as np, packlib
         try:
-            packlib.bucket([2**63 - 1, 1], 2, batch_size=1)
+            packlib.bucket([2**63 - 1, 1], read_ahead=2, batch_size=1)
             raise SystemExit("accepted a total above 2**62")
         except ValueError as e:
             assert "2**62" in str(e), e
         # spans just inside the limit take the merge-sort path and are exact
-        b = packlib.bucket([2**61, 1, 3, 2**61 - 5], 4, batch_size=1, shuffle=False)
+        b = packlib.bucket([2**61, 1, 3, 2**61 - 5], read_ahead=4, batch_size=1, shuffle=False)
         assert b.to_list() == [[0], [3], [2], [1]], b.to_list()
         from packlib._kernels.bucket import sort_desc
         keys = np.array([-(2**63), 2**63 - 1, 0, -(2**63), 5], dtype=np.int64)
@@ -676,7 +676,7 @@ def _batches_ok(lengths):
 @FUZZ
 @given(bad_int_arrays(good=LENS), st.sampled_from([dict(batch_size=2), dict(max_tokens=8), dict(max_tokens=2**62)]))
 def test_bucket_bad_lengths(lengths, kw):
-    assert_clear_error_or(lambda: bucket(lengths, 3, seed=1, **kw), _batches_ok(lengths))
+    assert_clear_error_or(lambda: bucket(lengths, read_ahead=3, seed=1, **kw), _batches_ok(lengths))
 
 
 @FUZZ
@@ -954,8 +954,8 @@ for trial in range(30):
     lens = rng.integers(1, 2**int(rng.integers(1, 54)), int(rng.integers(0, 200)))
     ra = int(rng.integers(1, 50))
     if lens.size:
-        packlib.bucket(lens, ra, batch_size=int(rng.integers(1, 9)), seed=trial)
-        packlib.bucket(lens, ra, max_tokens=int(lens.max()) * 3, seed=trial)
+        packlib.bucket(lens, read_ahead=ra, batch_size=int(rng.integers(1, 9)), seed=trial)
+        packlib.bucket(lens, read_ahead=ra, max_tokens=int(lens.max()) * 3, seed=trial)
 words = [str(i) * 3 for i in range(2000)]
 list(packlib.BucketedReadaheadBatchIterator(words, 300, key=hash, batch_size=5))
 good = tfr.frame_records(np.frombuffer(b"abcdefghij" * 5, np.uint8), np.array([0, 7, 7, 30, 50])).tobytes()

@@ -111,7 +111,7 @@ class Batches(_GroupedIds):
         )
 
 
-_BUCKET_POSITIONAL = ("batch_size", "max_tokens", "shuffle", "seed")
+_BUCKET_POSITIONAL = ("read_ahead", "batch_size", "max_tokens", "shuffle", "seed")
 
 
 class _Unset:
@@ -124,8 +124,8 @@ _UNSET = _Unset()
 
 def bucket(
     lengths,
-    read_ahead: int,
     *args,
+    read_ahead: int = _UNSET,
     batch_size: int | None = _UNSET,
     max_tokens: int | None = _UNSET,
     shuffle: bool = _UNSET,
@@ -144,9 +144,11 @@ def bucket(
     ----------
     lengths : array_like of int
         Length of each sample (>= 1), in stream order (total at most ``2**62`` tokens).
-    read_ahead : int
+    *args
+        Deprecated: the 0.2 positional ``read_ahead, batch_size, max_tokens, shuffle, seed``.
+    read_ahead : int (keyword-only, required)
         Samples per window (>= 1).
-    batch_size : int, optional (keyword-only)
+    batch_size : int, optional
         Samples per batch. Give exactly one of ``batch_size`` and ``max_tokens``.
     max_tokens : int, optional
         Token budget: a batch whose longest sample has length ``l`` holds up to
@@ -155,8 +157,8 @@ def bucket(
     shuffle : bool, default True
         Shuffle each window's batches (as ``random.Random(seed).shuffle``).
     seed : int, default 0
-        ``batch_size``, ``max_tokens``, ``shuffle`` and ``seed`` are keyword-only (by
-        position they still work, with a ``DeprecationWarning``, for one release).
+        Every option is keyword-only (by position they still work, with a
+        ``DeprecationWarning``, for one release).
     rank, world_size, remainder
         Data-parallel sharding, as for :class:`BucketedReadaheadBatchIterator`.
 
@@ -172,12 +174,15 @@ def bucket(
     """
     from .._kernels.bucket import bucket_all, counting_scratch
 
-    given = {"batch_size": batch_size, "max_tokens": max_tokens, "shuffle": shuffle, "seed": seed}
+    given = {"read_ahead": read_ahead, "batch_size": batch_size, "max_tokens": max_tokens, "shuffle": shuffle,
+             "seed": seed}
     if args:
         given.update(deprecated_positional("bucket", args, _BUCKET_POSITIONAL, given, _UNSET))
+    if given["read_ahead"] is _UNSET:
+        raise TypeError("bucket() needs read_ahead=<samples per window>")
     defaults = {"batch_size": None, "max_tokens": None, "shuffle": True, "seed": 0}
-    batch_size, max_tokens, shuffle, seed = (
-        defaults[k] if given[k] is _UNSET else given[k] for k in _BUCKET_POSITIONAL
+    read_ahead, batch_size, max_tokens, shuffle, seed = (
+        defaults.get(k) if given[k] is _UNSET else given[k] for k in _BUCKET_POSITIONAL
     )
     ra = as_positive_int(read_ahead, "read_ahead")
     if (batch_size is None) == (max_tokens is None):

@@ -93,7 +93,7 @@ def _encoded_chunks(seqs, packs, start, stop, max_sequences_per_pack, chunk):
 
 
 def encode_packed(seqs: BertSequences, packs, start: int = 0, stop: int | None = None,
-                  max_sequences_per_pack: int = 3, chunk: int = 512):
+                  max_sequences_per_pack: int = 3, *, chunk: int = 512):
     """Serialised packed Examples for packs ``start .. stop-1``: ``(data, offsets)``."""
     stop = packs.num_packs if stop is None else int(stop)
     datas, offs, base = [], [np.zeros(1, dtype=np.int64)], 0

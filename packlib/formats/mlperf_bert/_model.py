@@ -229,7 +229,7 @@ class BertSequences:
                 f"max_predictions={self.max_predictions})")
 
 
-def synthetic_sequences(num_sequences: int, seed: int = 0, *, max_sequence_length: int = 512,
+def synthetic_sequences(num_sequences: int, *args, seed: int = 0, max_sequence_length: int = 512,
                         max_predictions: int = 76) -> BertSequences:
     """Random BERT sequences for tests and benchmarks.
 
@@ -238,8 +238,11 @@ def synthetic_sequences(num_sequences: int, seed: int = 0, *, max_sequence_lengt
     for B, and ``round(0.15 * length)`` (at most ``max_predictions``, at least 1) masked
     positions drawn without replacement, sorted.
     """
+    from ..._validate import deprecated_positional
     from ...datasets import wikipedia_512
 
+    if args:  # the 0.2 spelling synthetic_sequences(n, seed)
+        seed = deprecated_positional("synthetic_sequences", args, ("seed",), {"seed": None}, None)["seed"]
     n, L, P = int(num_sequences), int(max_sequence_length), int(max_predictions)
     rng = np.random.default_rng(seed)
     h = wikipedia_512().astype(np.float64)
