@@ -33,3 +33,36 @@ def fmt(seconds):
     if seconds < 1:
         return f"{seconds * 1e3:.1f} ms"
     return f"{seconds:.2f} s"
+
+
+def old_kernels(old_root: str, names):
+    """Load kernel modules of another checkout (e.g. ``git archive`` of an earlier commit)
+    as ``old_kernels.<name>``, compiled by this checkout's ``_jit``: to time a kernel
+    change in one process, interleaved, on a shared and noisy machine."""
+    import sys
+    import types
+
+    pkg = types.ModuleType("old_kernels")
+    pkg.__path__ = [f"{old_root}/packlib/_kernels"]
+    sys.modules["old_kernels"] = pkg
+    out = {}
+    for name in names:
+        origin = f"{old_root}/packlib/_kernels/{name}.py"
+        mod = types.ModuleType(f"old_kernels.{name}")
+        mod.__file__, mod.__package__ = origin, "old_kernels"
+        sys.modules[mod.__name__] = mod
+        src = open(origin).read().replace("from .._jit import jit", "from packlib._jit import jit")
+        exec(compile(src, origin, "exec"), mod.__dict__)
+        out[name] = mod
+    return out
+
+
+def interleaved(calls, repeat: int):
+    """Best-of-``repeat`` times of each ``(old, new)`` pair of calls, alternating."""
+    best = [float("inf"), float("inf")]
+    for _ in range(repeat):
+        for k, call in enumerate(calls):
+            t0 = time.perf_counter()
+            call()
+            best[k] = min(best[k], time.perf_counter() - t0)
+    return best

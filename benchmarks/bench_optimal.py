@@ -3,6 +3,7 @@
     python benchmarks/bench_optimal.py            # full run (the depth-3 arc-flow baseline takes ~1 min)
     python benchmarks/bench_optimal.py --quick    # Wikipedia depth 3 only, arc-flow baseline at depth 2
     python benchmarks/bench_optimal.py --long     # only the long-context rows (L = 8k-128k)
+    python benchmarks/bench_optimal.py --against DIR   # the split kernels vs another checkout's
 
 Long-context rows (issue 14): ``optimal_pack`` at L = 8,192 (3 M lognormal lengths,
 unlimited and depth 8), 32,768 (2 M, bimodal) and 131,072 (1 M, bimodal), each with its
@@ -33,7 +34,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import packlib  # noqa: E402
-from benchmarks._common import fmt, lognormal_lengths, timed  # noqa: E402,F401
+from benchmarks._common import fmt, interleaved, lognormal_lengths, old_kernels, timed  # noqa: E402,F401
 
 
 
@@ -158,12 +159,51 @@ def lognormal_histogram(L=1024, n=2_000_000, seed=0):
     return np.bincount(lengths, minlength=L + 1)[1:]
 
 
+def compare_kernels(old_root: str, repeat: int = 7) -> None:
+    """The kernels split into helpers in 0.3 (exact_fill, depth_repair, the greedy packers,
+    NNLSHP's column generation) against another checkout's, same inputs, same process,
+    interleaved, best of ``repeat``; the results must be identical."""
+    from packlib._kernels import greedy, nnls, optimal
+
+    old = old_kernels(old_root, ["growable", "greedy", "nnls", "optimal"])
+    wiki = packlib.datasets.wikipedia_512()
+    rng = np.random.default_rng(0)
+    h8k = np.bincount(np.clip(rng.lognormal(np.log(8192) - 2.0, 1.2, 3_000_000).astype(np.int64), 1, 8192),
+                      minlength=8193)[1:].astype(np.int64)
+    h32k = np.bincount(np.concatenate([rng.integers(1, 2048, 1_500_000), rng.integers(2048, 32768, 500_000)]),
+                       minlength=32769)[1:].astype(np.int64)
+    unlimited = optimal.exact_fill(h8k, 8192, 0, 2)
+    w = np.sqrt(np.where(np.arange(512) < 8, 8 / 1024, 1.0))
+    cases = [
+        ("exact_fill, L=8k, mode 2", lambda m: m["optimal"].exact_fill(h8k, 8192, 0, 2), optimal.exact_fill, (h8k, 8192, 0, 2)),
+        ("exact_fill, L=8k, depth 8, mode 3", None, optimal.exact_fill, (h8k, 8192, 8, 3)),
+        ("exact_fill, L=32k, depth 16, mode 4", None, optimal.exact_fill, (h32k, 32768, 16, 4)),
+        ("depth_repair, L=8k, depth 8", None, optimal.depth_repair, (*unlimited, 8192, 8)),
+        ("spfhp, Wikipedia, depth 3", None, greedy.spfhp, (wiki, 512, 3)),
+        ("lpfhp, Wikipedia, unlimited", None, greedy.lpfhp, (wiki, 512, 512)),
+        ("nnls_histogram_pack, Wikipedia, depth 3", None, nnls.nnls_histogram_pack, (wiki, 512, 3, w, 20)),
+    ]
+    print(f"# kernels of {old_root} (old) vs this checkout (new), best of {repeat}, interleaved")
+    print(f"{'kernel':<42} {'old':>10} {'new':>10} {'new/old':>8}  same")
+    for label, _, fn, args in cases:
+        module = fn.__module__.rsplit(".", 1)[1]
+        old_fn = getattr(old[module], fn.__name__)
+        a, b = old_fn(*args), fn(*args)
+        same = all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(a, b))
+        t_old, t_new = interleaved([lambda: old_fn(*args), lambda: fn(*args)], repeat)
+        print(f"{label:<42} {fmt(t_old):>10} {fmt(t_new):>10} {t_new / t_old:>8.3f}  {same}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="Wikipedia depth 3 only; arc-flow baseline at depth 2")
     ap.add_argument("--long", action="store_true", help="only the long-context rows (L = 8k-128k)")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--against", metavar="DIR", help="time the split kernels against the checkout in DIR")
     args = ap.parse_args()
+    if args.against:
+        compare_kernels(args.against)
+        return
     repeat = 1 if args.quick else args.repeat
     if args.long:
         long_context(repeat)

@@ -51,55 +51,66 @@ def warmup(verbose: bool = False) -> float:
     float
         The seconds it took.
     """
-    from .packing import bfd_pack, ffd_pack, lpfhp_pack, nnls_pack, spfhp_pack
-
     t0 = time.perf_counter()
-    L = 8
-    h = np.array([0, 2, 0, 1, 0, 0, 1, 1], dtype=np.int64)
-    lengths = np.repeat(np.arange(1, L + 1), h)
+    for name, warm in _FAMILIES:
+        if warm() is not False:
+            _step(name, verbose, t0)
+    return time.perf_counter() - t0
 
-    # histogram packing
+
+# a tiny histogram (L = 8) and its lengths
+_L = 8
+_H = np.array([0, 2, 0, 1, 0, 0, 1, 1], dtype=np.int64)
+_LENGTHS = np.repeat(np.arange(1, _L + 1), _H)
+
+
+def _histogram_packing():
+    from .packing import lpfhp_pack, nnls_pack, spfhp_pack
+
     for pack in (spfhp_pack, lpfhp_pack, nnls_pack):
-        plan = pack(h, max_sequence_length=L, max_sequences_per_pack=3)
-    nnls_pack(h, max_sequence_length=L, max_sequences_per_pack=None)
-    plan.assign(lengths, seed=0).shuffled(seed=0)
-    _step("histogram packing", verbose, t0)
+        plan = pack(_H, max_sequence_length=_L, max_sequences_per_pack=3)
+    nnls_pack(_H, max_sequence_length=_L, max_sequences_per_pack=None)
+    plan.assign(_LENGTHS, seed=0).shuffled(seed=0)
 
-    # per-sequence packing
-    ffd_pack(lengths, max_sequence_length=L, max_sequences_per_pack=None)
-    bfd_pack(lengths, max_sequence_length=L, max_sequences_per_pack=2)
-    _step("per-sequence packing", verbose, t0)
 
-    # lower bound and near-optimal packing (the LP path needs several lengths)
+def _sequence_packing():
+    from .packing import bfd_pack, ffd_pack
+
+    ffd_pack(_LENGTHS, max_sequence_length=_L, max_sequences_per_pack=None)
+    bfd_pack(_LENGTHS, max_sequence_length=_L, max_sequences_per_pack=2)
+
+
+def _optimal():
     from .optimal import lower_bound, optimal_pack
 
-    # (a histogram where the heuristics stay a pack above the bound, so optimal_pack rounds
-    # the LP solution)
-    ho = np.array([5, 5, 2, 2, 2, 5, 0, 5, 0, 1, 3, 0, 3, 0, 3, 1, 3, 3], dtype=np.int64)  # reaches round_columns and depth_repair
+    # the heuristics stay a pack above the bound here, so optimal_pack rounds the LP
+    # solution: it reaches round_columns and depth_repair
+    ho = np.array([5, 5, 2, 2, 2, 5, 0, 5, 0, 1, 3, 0, 3, 0, 3, 1, 3, 3], dtype=np.int64)
     lower_bound(ho, max_sequence_length=ho.size, max_sequences_per_pack=3)
     optimal_pack(ho, max_sequence_length=ho.size, max_sequences_per_pack=3)
-    _step("lower bounds and optimal packing", verbose, t0)
 
-    # blended indices
+
+def _blending():
     from .blending import blend, blend_exhaustive
 
     for method in ("megatron", "smooth", "shuffled"):
         blend([0.5, 0.3, 0.2], 20, method=method)
     blend([0.5, 0.3, 0.2], 1 << 21, method="smooth")  # large: block by block, on two threads
     blend_exhaustive([3, 2, 1])
-    _step("blending", verbose, t0)
 
-    # bucketing
+
+def _bucketing():
     from .bucketing import BucketedReadaheadBatchIterator, bucket, pack_stream
 
-    bucket(lengths, read_ahead=4, batch_size=2, shuffle=True)
-    bucket(lengths, read_ahead=4, max_tokens=L, shuffle=False)
+    bucket(_LENGTHS, read_ahead=4, batch_size=2, shuffle=True)
+    bucket(_LENGTHS, read_ahead=4, max_tokens=_L, shuffle=False)
     list(BucketedReadaheadBatchIterator(list(range(2000)), 2000, key=lambda x: x % 7, batch_size=1))
-    list(pack_stream(lengths.tolist(), L, read_ahead=4, key=int))
-    _step("bucketing", verbose, t0)
+    list(pack_stream(_LENGTHS.tolist(), _L, read_ahead=4, key=int))
 
-    # formats, in memory
+
+def _formats():
     from .formats import mlperf_bert, tfrecord
+    from .packing import bfd_pack
 
     tfrecord.crc32c(b"123456789", "numba")
     seqs = mlperf_bert.synthetic_sequences(6, seed=0, max_sequence_length=32, max_predictions=4)
@@ -110,29 +121,43 @@ def warmup(verbose: bool = False) -> float:
     records = tfrecord.parse_tfrecord_bytes(framed.tobytes(), crc="numba")
     schema = mlperf_bert.packed_schema(32, 4, 3)
     mlperf_bert.unpack_packed(*schema.decode(records), schema)
-    _step("formats", verbose, t0)
 
-    if importlib.util.find_spec("pyarrow") is not None:
-        import pyarrow as pa
 
-        from .formats.arrow import gather_packs, pack_table
+def _arrow():
+    if importlib.util.find_spec("pyarrow") is None:
+        return False
+    import pyarrow as pa
 
-        t = pa.table({"input_ids": [[1, 2, 3, 4, 5], [6, 7], [8, 9, 10], [11]]})
-        pack_table(t, max_sequence_length=4, position_ids=True)
-        pack_table(t, max_sequence_length=4, overflow="split")
-        two_chunks = pa.Table.from_batches(t.to_batches(max_chunksize=2))
-        pack_table(two_chunks, max_sequence_length=4)
-        pack_table(pa.table({"flags": [[True, False], [True]]}), max_sequence_length=4)
-        # segments in any order (the pipeline's spill files): the row-ordering kernel
-        gather_packs(t, ["input_ids"], np.array([2, 0]), np.array([0, 0]), np.array([3, 2]), np.array([0, 2]))
-        _step("arrow", verbose, t0)
+    from .formats.arrow import gather_packs, pack_table
 
-    # the pipeline's exactly-once hashes (numpy only)
+    t = pa.table({"input_ids": [[1, 2, 3, 4, 5], [6, 7], [8, 9, 10], [11]]})
+    pack_table(t, max_sequence_length=4, position_ids=True, overflow="truncate")
+    pack_table(t, max_sequence_length=4, overflow="split")
+    two_chunks = pa.Table.from_batches(t.to_batches(max_chunksize=2))
+    pack_table(two_chunks, max_sequence_length=4, overflow="truncate")
+    pack_table(pa.table({"flags": [[True, False], [True]]}), max_sequence_length=4)
+    # segments in any order (the pipeline's spill files): the row-ordering kernel
+    gather_packs(t, ["input_ids"], np.array([2, 0]), np.array([0, 0]), np.array([3, 2]), np.array([0, 2]))
+
+
+def _pipeline_hashes():
     from .pipeline._hash import hash_into, hash_packed_into
 
     for dtype in (np.int32, np.int64):
         hash_into(np.zeros(1, dtype=np.uint64), np.zeros(1, np.int64), np.ones(1, np.int64), np.ones(2, dtype=dtype))
         hash_packed_into(np.zeros(1, dtype=np.uint64), np.array([0, 2]), np.array([0, 1]), np.array([2]),
                          np.ones(2, dtype=dtype))
-    _step("pipeline", verbose, t0)
-    return time.perf_counter() - t0
+
+
+# every kernel family, in the order warmup() compiles them (a family returns False when
+# its optional dependency is missing)
+_FAMILIES = (
+    ("histogram packing", _histogram_packing),
+    ("per-sequence packing", _sequence_packing),
+    ("lower bounds and optimal packing", _optimal),
+    ("blending", _blending),
+    ("bucketing", _bucketing),
+    ("formats", _formats),
+    ("arrow", _arrow),
+    ("pipeline", _pipeline_hashes),
+)

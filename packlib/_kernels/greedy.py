@@ -36,32 +36,43 @@ def _rows(node_parent, node_len, node_depth, out_node, n_out):
 
 
 @jit
+def _chain(node, length, repeat, node_parent, node_len, node_depth, n_nodes):
+    """Extend the pack ending at ``node`` (-1: a new pack) by ``repeat`` sequences of
+    ``length``, as nodes ``n_nodes ..``; returns the last one."""
+    for _ in range(repeat):
+        _new_node(node, length, node_parent, node_len, node_depth, n_nodes)
+        node = n_nodes
+        n_nodes += 1
+    return node
+
+
+@jit
 def _greedy(h, L, depth, longest_first):
+    """SPFHP (``longest_first=False``: each length joins the open group with the most free
+    space) or LPFHP (the least free space that fits, several copies at once).
+
+    Before the lengths of one value are placed, every array gets room for all they can
+    create, so that no array variable is reassigned inside the hot loop (see ``grow1``):
+    each node places >= 1 sequence (<= n nodes); each group that exists now, or is split
+    off (<= depth times) or opened (<= 2 times) in this step, takes <= m copies."""
     cap = 64
     node_parent = np.empty(cap, np.int64)
     node_len = np.empty(cap, np.int64)
     node_depth = np.empty(cap, np.int64)
-    n_nodes = 0
     ent_count = np.empty(cap, np.int64)
     ent_node = np.empty(cap, np.int64)
     ent_next = np.empty(cap, np.int64)
-    n_ent = 0
     head = np.full(L + 1, -1, np.int64)  # open groups by free space (1..L-1)
     out_node = np.empty(cap, np.int64)
     out_count = np.empty(cap, np.int64)
-    n_out = 0
-
-    n_open = 0
+    n_nodes = n_ent = n_out = n_open = 0
     for i in range(L):
         length = L - i
         n = h[length - 1]
         offset = 0 if longest_first else i + 1
         if n == 0:
             continue
-        # Reserve room for everything this length can create here, not in the loop below
-        # (see grow1).
-        # Each node places >= 1 sequence (<= n nodes); each group that exists now, or is
-        # split off (<= depth times) or opened (<= 2 times) in this step, takes <= m copies.
+        # reserve room for everything this length can create (see the docstring)
         m = min(depth, L // length)
         lineages = n_open + min(depth, n) + 2
         node_parent = grow1(node_parent, n_nodes + min(n, lineages * m), n_nodes)
@@ -94,10 +105,8 @@ def _greedy(h, L, depth, longest_first):
                     head[key] = ent_next[e]
                     n_open -= 1
                 n -= take * repeat
-                for _ in range(repeat):
-                    _new_node(node, length, node_parent, node_len, node_depth, n_nodes)
-                    node = n_nodes
-                    n_nodes += 1
+                node = _chain(node, length, repeat, node_parent, node_len, node_depth, n_nodes)
+                n_nodes += repeat
                 placed_node = node
                 placed_count = take
                 placed_free = key - repeat * length
@@ -115,10 +124,8 @@ def _greedy(h, L, depth, longest_first):
                     while n // repeat == 0:
                         repeat -= 1
                 node = -1
-                for _ in range(repeat):
-                    _new_node(node, length, node_parent, node_len, node_depth, n_nodes)
-                    node = n_nodes
-                    n_nodes += 1
+                node = _chain(node, length, repeat, node_parent, node_len, node_depth, n_nodes)
+                n_nodes += repeat
                 placed_node = node
                 placed_count = n // repeat
                 placed_free = L - repeat * length

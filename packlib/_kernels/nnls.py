@@ -141,6 +141,101 @@ def _remove(T, p, k, col_len, col_mult, col_n, u, x):
 
 
 @jit
+def _store_column(parts, n_parts, col_len, col_mult, col_n, p):
+    """Column ``p`` from the priced strategy ``parts``: its distinct lengths and multiplicities."""
+    parts[:n_parts].sort()
+    k = 0
+    for t in range(n_parts):
+        if k > 0 and col_len[p, k - 1] == parts[t]:
+            col_mult[p, k - 1] += 1
+        else:
+            col_len[p, k] = parts[t]
+            col_mult[p, k] = 1
+            k += 1
+    col_n[p] = k
+    return k
+
+
+@jit
+def _append_factor(T, u, col_len, col_mult, col_n, p, k, w2, wb, dense):
+    """Grow the Cholesky factor of ``A_P^T W^2 A_P`` by column ``p`` (row ``p`` of ``T``)
+    and ``u = R^-T A_P^T W^2 b`` by one entry; ``False`` if the column is numerically
+    dependent on the active ones (nothing left to gain)."""
+    for t in range(k):
+        dense[col_len[p, t] - 1] = w2[col_len[p, t] - 1] * col_mult[p, t]
+    diag = _gram(col_len, col_mult, col_n, p, dense)
+    for i in range(p):
+        acc = _gram(col_len, col_mult, col_n, i, dense)
+        for kk in range(i):
+            acc -= T[i, kk] * T[p, kk]
+        T[p, i] = acc / T[i, i]
+        diag -= T[p, i] * T[p, i]
+    for t in range(k):
+        dense[col_len[p, t] - 1] = 0.0
+    norm2 = 0.0
+    for t in range(k):
+        norm2 += w2[col_len[p, t] - 1] * col_mult[p, t] * col_mult[p, t]
+    if diag <= 1e-10 * norm2:
+        for i in range(p):
+            T[p, i] = 0.0
+        return False
+    T[p, p] = np.sqrt(diag)
+    acc = _gram(col_len, col_mult, col_n, p, wb)
+    for i in range(p):
+        acc -= T[p, i] * u[i]
+    u[p] = acc / T[p, p]
+    return True
+
+
+@jit
+def _keep_feasible(T, u, x, z, work, p, entered, col_len, col_mult, col_n, scale):
+    """Lawson-Hanson's inner loop: move towards the least-squares solution on the active
+    set, dropping columns that reach zero. Returns the active count, or ``-p - 1`` when the
+    entering column cannot move (converged numerically)."""
+    first = True
+    while p > 0:
+        _back_solve(T, u, p, z, work)
+        alpha = 2.0
+        arg_min = -1
+        for i in range(p):
+            if z[i] <= 0.0:
+                a = x[i] / (x[i] - z[i])
+                if a < alpha:
+                    alpha = a
+                    arg_min = i
+        if arg_min < 0:
+            for i in range(p):
+                x[i] = z[i]
+            return p
+        if first and arg_min == entered and alpha <= 0.0:
+            return -p - 1
+        first = False
+        for i in range(p):
+            x[i] += alpha * (z[i] - x[i])
+        x[arg_min] = 0.0
+        i = p - 1
+        while i >= 0:
+            if x[i] <= 1e-12 * scale:
+                _remove(T, p, i, col_len, col_mult, col_n, u, x)
+                p -= 1
+            i -= 1
+    return p
+
+
+@jit
+def _gradient(b, w2, x, col_len, col_mult, col_n, p, dense, rho, L):
+    """``rho = W^2 (b - A_P x)``, the gradient that prices the next column."""
+    for l in range(L):
+        dense[l] = b[l]
+    for i in range(p):
+        for t in range(col_n[i]):
+            dense[col_len[i, t] - 1] -= x[i] * col_mult[i, t]
+    for l in range(L):
+        rho[l] = w2[l] * dense[l]
+        dense[l] = 0.0
+
+
+@jit
 def nnls_columns(b, w2, L, D, max_outer):
     """Weighted NNLS ``min ||W (A x - b)||, x >= 0`` over all strategies.
 
@@ -177,87 +272,18 @@ def nnls_columns(b, w2, L, D, max_outer):
         value, n_parts = _price(rho, L, D, f, arg, parts)
         if value <= tol or p >= pmax:
             break
-        # candidate column p: distinct lengths (parts are grouped by the DP? sort to be sure)
-        parts[:n_parts].sort()
-        k = 0
-        for t in range(n_parts):
-            if k > 0 and col_len[p, k - 1] == parts[t]:
-                col_mult[p, k - 1] += 1
-            else:
-                col_len[p, k] = parts[t]
-                col_mult[p, k] = 1
-                k += 1
-        col_n[p] = k
-        # append to the Cholesky factor: new row p of T
-        for t in range(k):
-            dense[col_len[p, t] - 1] = w2[col_len[p, t] - 1] * col_mult[p, t]
-        diag = _gram(col_len, col_mult, col_n, p, dense)
-        for i in range(p):
-            acc = _gram(col_len, col_mult, col_n, i, dense)
-            for kk in range(i):
-                acc -= T[i, kk] * T[p, kk]
-            T[p, i] = acc / T[i, i]
-            diag -= T[p, i] * T[p, i]
-        for t in range(k):
-            dense[col_len[p, t] - 1] = 0.0
-        norm2 = 0.0
-        for t in range(k):
-            norm2 += w2[col_len[p, t] - 1] * col_mult[p, t] * col_mult[p, t]
-        if diag <= 1e-10 * norm2:  # numerically dependent: nothing left to gain
-            for i in range(p):
-                T[p, i] = 0.0
+        k = _store_column(parts, n_parts, col_len, col_mult, col_n, p)
+        if not _append_factor(T, u, col_len, col_mult, col_n, p, k, w2, wb, dense):
             break
-        T[p, p] = np.sqrt(diag)
-        acc = _gram(col_len, col_mult, col_n, p, wb)  # new entry of A_P^T W^2 b
-        for i in range(p):
-            acc -= T[p, i] * u[i]
-        u[p] = acc / T[p, p]
         x[p] = 0.0
         p += 1
-        entered = p - 1
-        # inner loop: keep the least-squares solution feasible
-        first = True
-        while p > 0:
-            _back_solve(T, u, p, z, work)
-            alpha = 2.0
-            arg_min = -1
-            for i in range(p):
-                if z[i] <= 0.0:
-                    a = x[i] / (x[i] - z[i])
-                    if a < alpha:
-                        alpha = a
-                        arg_min = i
-            if arg_min < 0:
-                for i in range(p):
-                    x[i] = z[i]
-                break
-            if first and arg_min == entered and alpha <= 0.0:
-                p = -p - 1  # the entering column cannot move: converged numerically
-                break
-            first = False
-            for i in range(p):
-                x[i] += alpha * (z[i] - x[i])
-            x[arg_min] = 0.0
-            i = p - 1
-            while i >= 0:
-                if x[i] <= 1e-12 * scale:
-                    _remove(T, p, i, col_len, col_mult, col_n, u, x)
-                    p -= 1
-                i -= 1
+        p = _keep_feasible(T, u, x, z, work, p, p - 1, col_len, col_mult, col_n, scale)
         if p < 0:
             p = -p - 1
             _remove(T, p, p - 1, col_len, col_mult, col_n, u, x)
             p -= 1
             break
-        # new gradient
-        for l in range(L):
-            dense[l] = b[l]
-        for i in range(p):
-            for t in range(col_n[i]):
-                dense[col_len[i, t] - 1] -= x[i] * col_mult[i, t]
-        for l in range(L):
-            rho[l] = w2[l] * dense[l]
-            dense[l] = 0.0
+        _gradient(b, w2, x, col_len, col_mult, col_n, p, dense, rho, L)
     return col_len[:p].copy(), col_mult[:p].copy(), col_n[:p].copy(), x[:p].copy()
 
 

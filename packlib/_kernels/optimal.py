@@ -229,6 +229,53 @@ def _largest_present(parent, g):
 
 
 @jit
+def _pair_partner(mode, gap, rem, parent, L):
+    """The longer of two sequences that close ``gap`` exactly (mode 1: the longer as long
+    as possible; modes 2-3: the pair as even as possible), or 0 if no pair is left."""
+    if mode >= 2:
+        # the shorter of the pair, longest first (so the pair is even)
+        d = _largest_present(parent, gap // 2)
+        tries = 0
+        while d > 0 and tries < 4096:
+            c = gap - d
+            if c <= L and rem[c - 1] > (1 if c == d else 0):
+                return c
+            d = _largest_present(parent, d - 1)
+            tries += 1
+    elif mode == 1:
+        c = _largest_present(parent, gap - 1)
+        while c > 0 and 2 * c >= gap:
+            if rem[gap - c - 1] > (1 if c == gap - c else 0):
+                return c
+            c = _largest_present(parent, c - 1)
+    return 0
+
+
+@jit
+def _fill_state(h, L):
+    """What :func:`exact_fill` starts from: the copies left of each length, the union-find
+    over the lengths that have some (``parent[l] == l``), and the sequences and tokens left."""
+    rem = h.copy()
+    parent = np.arange(L + 1)
+    items_left = np.int64(0)
+    tokens_left = np.int64(0)
+    for l in range(1, L + 1):
+        if rem[l - 1] == 0:
+            parent[l] = l - 1
+        items_left += rem[l - 1]
+        tokens_left += rem[l - 1] * l
+    return rem, parent, items_left, tokens_left
+
+
+@jit
+def _grown(a, size):
+    """``a`` in a zeroed array of at least ``size`` entries (doubling)."""
+    out = np.zeros(max(2 * a.size, size), a.dtype)
+    out[: a.size] = a
+    return out
+
+
+@jit
 def exact_fill(h, L, D, mode):
     """Pack a histogram pack by pack, aiming for packs that are exactly full.
 
@@ -254,106 +301,62 @@ def exact_fill(h, L, D, mode):
     ``O(1)`` amortised (a union-find over lengths), so the cost is about
     ``O(types * depth)`` plus the pair searches (``O(g)`` each).
     """
-    rem = h.copy()
-    parent = np.arange(L + 1)
-    for l in range(1, L + 1):
-        if rem[l - 1] == 0:
-            parent[l] = l - 1
-    cap_items = 1024
-    items = np.zeros(cap_items, np.int64)
-    cap_types = 1024
-    offsets = np.zeros(cap_types + 1, np.int64)
-    counts = np.zeros(cap_types, np.int64)
+    rem, parent, items_left, tokens_left = _fill_state(h, L)
+    items = np.zeros(1024, np.int64)
+    offsets = np.zeros(1025, np.int64)
+    counts = np.zeros(1024, np.int64)
     n_types = 0
     n_items = 0
     pack = np.zeros(L, np.int64)
-    items_left = np.int64(0)
-    tokens_left = np.int64(0)
     smin = 1
-    for l in range(1, L + 1):
-        items_left += rem[l - 1]
-        tokens_left += rem[l - 1] * l
-    while True:
-        a = _largest_present(parent, L)
-        if a == 0:
-            break
-        n = 0
-        gap = L
+    while _largest_present(parent, L) > 0:
         target = 0
         if mode == 3 and D > 0:
             # sequences per pack the rest needs on average (tokens / L packs)
             target = np.int64(np.ceil(items_left * L / max(tokens_left, 1)))
+        n = 0
+        gap = L
         while gap > 0 and (D == 0 or n < D):
             if mode == 4 and D > 0:
-                # many sequences per pack: the longest that leaves room for the shortest
-                # ones left in every other free slot
+                # many sequences per pack: the longest that leaves room for the shortest ones
+                # left in every other free slot
                 while smin <= L and rem[smin - 1] == 0:
                     smin += 1
                 b = _largest_present(parent, gap - (D - n - 1) * smin) if gap > (D - n - 1) * smin else 0
                 if b == 0:
                     b = _largest_present(parent, gap)  # best fit
-                    if b == 0:
-                        break
-                pack[n] = b
-                n += 1
-                gap -= b
-                rem[b - 1] -= 1
-                if rem[b - 1] == 0:
-                    parent[b] = b - 1
-                continue
-            spread = 0
-            if mode == 3 and D > 0:
-                want = min(D, max(2, target)) - n  # sequences this pack should still take
-                if want >= 3:
-                    spread = want
-            if rem[gap - 1] > 0 and spread == 0:  # close the pack exactly with one sequence
-                b = gap
-            elif spread > 0:
-                b = _largest_present(parent, max(1, gap // spread))
-                if b == 0:
-                    b = _largest_present(parent, gap)
-                    if b == 0:
-                        break
             else:
-                b = 0
-                if D == 0 or n + 2 <= D:  # ... or with two, as even as possible
-                    if mode >= 2:
-                        # the shorter of the pair, longest first (so the pair is even)
-                        d = _largest_present(parent, gap // 2)
-                        tries = 0
-                        while d > 0 and tries < 4096:
-                            c = gap - d
-                            if c <= L and rem[c - 1] > (1 if c == d else 0):
-                                b = c
-                                break
-                            d = _largest_present(parent, d - 1)
-                            tries += 1
-                    elif mode == 1:
-                        c = _largest_present(parent, gap - 1)
-                        while c > 0 and 2 * c >= gap:
-                            if rem[gap - c - 1] > (1 if c == gap - c else 0):
-                                b = c
-                                break
-                            c = _largest_present(parent, c - 1)
+                spread = 0
+                if mode == 3 and D > 0:
+                    want = min(D, max(2, target)) - n  # sequences this pack should still take
+                    if want >= 3:
+                        spread = want
+                if spread > 0:
+                    b = _largest_present(parent, max(1, gap // spread))
+                elif rem[gap - 1] > 0:  # close the pack exactly with one sequence ...
+                    b = gap
+                elif D == 0 or n + 2 <= D:  # ... or with two
+                    b = _pair_partner(mode, gap, rem, parent, L)
+                else:
+                    b = 0
                 if b == 0:
-                    b = _largest_present(parent, gap)
-                    if b == 0:
-                        break
+                    b = _largest_present(parent, gap)  # best fit
+            if b == 0:
+                break
             pack[n] = b
             n += 1
             gap -= b
             rem[b - 1] -= 1
             if rem[b - 1] == 0:
                 parent[b] = b - 1
-        # sort descending (the exact closer may be longer than the items before it)
-        for i in range(1, n):
+        for i in range(1, n):  # descending (the exact closer may be longer than the items before it)
             v = pack[i]
             j = i - 1
             while j >= 0 and pack[j] < v:
                 pack[j + 1] = pack[j]
                 j -= 1
             pack[j + 1] = v
-        m = np.int64(1) << 62
+        m = np.int64(1) << 62  # copies: as many as every length allows
         i = 0
         while i < n:
             l = pack[i]
@@ -368,27 +371,18 @@ def exact_fill(h, L, D, mode):
                 rem[l - 1] -= m
                 if rem[l - 1] == 0:
                     parent[l] = l - 1
-        if n_items + n > cap_items:
-            cap_items = max(2 * cap_items, n_items + n)
-            new = np.zeros(cap_items, np.int64)
-            new[:n_items] = items[:n_items]
-            items = new
-        if n_types == cap_types:
-            cap_types *= 2
-            new_o = np.zeros(cap_types + 1, np.int64)
-            new_o[: n_types + 1] = offsets[: n_types + 1]
-            offsets = new_o
-            new_c = np.zeros(cap_types, np.int64)
-            new_c[:n_types] = counts[:n_types]
-            counts = new_c
+        if n_items + n > items.size:
+            items = _grown(items, n_items + n)
+        if n_types == counts.size:
+            offsets = _grown(offsets, 2 * counts.size + 1)
+            counts = _grown(counts, 2 * counts.size)
         for i in range(n):
             items[n_items + i] = pack[i]
+            items_left -= 1 + m
+            tokens_left -= (1 + m) * pack[i]
         n_items += n
         counts[n_types] = 1 + m
         n_types += 1
-        for i in range(n):
-            items_left -= 1 + m
-            tokens_left -= (1 + m) * pack[i]
         offsets[n_types] = n_items
     return items[:n_items].copy(), offsets[: n_types + 1].copy(), counts[:n_types].copy()
 
@@ -450,21 +444,8 @@ def pack_value_at_most(lens, prices, dear, L, den):
 
 
 @jit
-def depth_repair(items, offsets, counts, L, D):
-    """Make a plan of exactly-full packs respect a depth limit ``D`` by exchanges.
-
-    A pack with ``n > D`` sequences gives its ``j`` shortest ones (``sigma`` tokens in
-    all) to a pack that holds a sequence of exactly ``sigma`` tokens and room for ``j - 1``
-    more sequences, and takes that sequence in exchange: both stay just as full, and the
-    first holds ``j - 1`` fewer sequences. ``j`` starts at ``n - D + 1`` (one exchange
-    suffices) and decreases to 2 while no partner is found; a pack still too deep after
-    an exchange is treated again. Whole groups of identical packs are exchanged at once.
-    Packs that find no partner are dissolved into the returned residual histogram (for
-    the caller to pack again).
-
-    ``(items, offsets, counts)`` as returned by :func:`exact_fill`. Returns ``(rows,
-    counts, residual)``: one pack per row (lengths, zero-padded, unsorted), its count.
-    """
+def _pack_rows(items, offsets, counts, D):
+    """One zero-padded row per pack type (room for twice as many), with its size and count."""
     T = counts.size
     width = D
     for t in range(T):
@@ -478,8 +459,13 @@ def depth_repair(items, offsets, counts, L, D):
             rows[t, i] = items[offsets[t] + i]
         size[t] = n
         cnt[t] = counts[t]
-    n_rows = T
-    # packs with room, listed under each length they hold (CSR)
+    return rows, size, cnt
+
+
+@jit
+def _holders(rows, size, T, L, D):
+    """The packs with room (fewer than ``D`` sequences), listed under each length they hold
+    (CSR: ``holders[start[l]:start[l + 1]]``)."""
     start = np.zeros(L + 2, np.int64)
     for t in range(T):
         if size[t] < D:
@@ -496,6 +482,84 @@ def depth_repair(items, offsets, counts, L, D):
                 if i == 0 or rows[t, i] != rows[t, i - 1]:
                     holders[fill[rows[t, i]]] = t
                     fill[rows[t, i]] += 1
+    return start, holders
+
+
+@jit
+def _exchange(rows, size, cnt, n_rows, p, q, n, j, sigma, k):
+    """Write the two packs of one exchange at rows ``n_rows`` and ``n_rows + 1``, ``k`` of
+    each: ``p`` with its ``j`` shortest replaced by ``sigma``, and ``q`` with one ``sigma``
+    replaced by them (both descending)."""
+    w = 0
+    placed = False
+    for i in range(n - j):
+        if not placed and sigma >= rows[p, i]:
+            rows[n_rows, w] = sigma
+            w += 1
+            placed = True
+        rows[n_rows, w] = rows[p, i]
+        w += 1
+    if not placed:
+        rows[n_rows, w] = sigma
+        w += 1
+    size[n_rows] = w
+    cnt[n_rows] = k
+    r = n_rows + 1
+    w = 0
+    dropped = False
+    for i in range(size[q]):
+        if not dropped and rows[q, i] == sigma:
+            dropped = True
+            continue
+        rows[r, w] = rows[q, i]
+        w += 1
+    for i in range(n - j, n):
+        rows[r, w] = rows[p, i]
+        w += 1
+    for i in range(1, w):  # insertion sort, descending
+        v = rows[r, i]
+        m = i - 1
+        while m >= 0 and rows[r, m] < v:
+            rows[r, m + 1] = rows[r, m]
+            m -= 1
+        rows[r, m + 1] = v
+    size[r] = w
+    cnt[r] = k
+
+
+@jit
+def _grown_rows(rows, size, cnt, n_rows):
+    """The pack rows, sizes and counts in arrays twice as long."""
+    cap = 2 * rows.shape[0]
+    r2 = np.zeros((cap, rows.shape[1]), np.int64)
+    r2[:n_rows] = rows[:n_rows]
+    s2 = np.zeros(cap, np.int64)
+    s2[:n_rows] = size[:n_rows]
+    c2 = np.zeros(cap, np.int64)
+    c2[:n_rows] = cnt[:n_rows]
+    return r2, s2, c2
+
+
+@jit
+def depth_repair(items, offsets, counts, L, D):
+    """Make a plan of exactly-full packs respect a depth limit ``D`` by exchanges.
+
+    A pack with ``n > D`` sequences gives its ``j`` shortest ones (``sigma`` tokens in
+    all) to a pack that holds a sequence of exactly ``sigma`` tokens and room for ``j - 1``
+    more sequences, and takes that sequence in exchange: both stay just as full, and the
+    first holds ``j - 1`` fewer sequences. ``j`` starts at ``n - D + 1`` (one exchange
+    suffices) and decreases to 2 while no partner is found; a pack still too deep after
+    an exchange is treated again. Whole groups of identical packs are exchanged at once.
+    Packs that find no partner are dissolved into the returned residual histogram (for
+    the caller to pack again).
+
+    ``(items, offsets, counts)`` as returned by :func:`exact_fill`. Returns ``(rows,
+    counts, residual)``: one pack per row (lengths, zero-padded, unsorted), its count.
+    """
+    T = counts.size
+    rows, size, cnt = _pack_rows(items, offsets, counts, D)
+    n_rows = T
+    start, holders = _holders(rows, size, T, L, D)
     residual = np.zeros(L, np.int64)
     p = 0
     while p < n_rows:
@@ -517,55 +581,10 @@ def depth_repair(items, offsets, counts, L, D):
                     ptr += 1
                     continue
                 if n_rows + 2 > rows.shape[0]:
-                    cap = 2 * rows.shape[0]
-                    r2 = np.zeros((cap, width), np.int64)
-                    r2[:n_rows] = rows[:n_rows]
-                    rows = r2
-                    s2 = np.zeros(cap, np.int64)
-                    s2[:n_rows] = size[:n_rows]
-                    size = s2
-                    c2 = np.zeros(cap, np.int64)
-                    c2[:n_rows] = cnt[:n_rows]
-                    cnt = c2
+                    rows, size, cnt = _grown_rows(rows, size, cnt, n_rows)
                 k = min(c, cnt[q])
-                # p': the long ones of p, then sigma (kept descending)
-                w = 0
-                placed = False
-                for i in range(n - j):
-                    if not placed and sigma >= rows[p, i]:
-                        rows[n_rows, w] = sigma
-                        w += 1
-                        placed = True
-                    rows[n_rows, w] = rows[p, i]
-                    w += 1
-                if not placed:
-                    rows[n_rows, w] = sigma
-                    w += 1
-                size[n_rows] = w
-                cnt[n_rows] = k
-                n_rows += 1
-                # q': q without one sigma, with the j short ones of p (descending)
-                w = 0
-                dropped = False
-                for i in range(size[q]):
-                    if not dropped and rows[q, i] == sigma:
-                        dropped = True
-                        continue
-                    rows[n_rows, w] = rows[q, i]
-                    w += 1
-                for i in range(n - j, n):
-                    rows[n_rows, w] = rows[p, i]
-                    w += 1
-                for i in range(1, w):  # insertion sort, descending
-                    v = rows[n_rows, i]
-                    m = i - 1
-                    while m >= 0 and rows[n_rows, m] < v:
-                        rows[n_rows, m + 1] = rows[n_rows, m]
-                        m -= 1
-                    rows[n_rows, m + 1] = v
-                size[n_rows] = w
-                cnt[n_rows] = k
-                n_rows += 1
+                _exchange(rows, size, cnt, n_rows, p, q, n, j, sigma, k)
+                n_rows += 2
                 cnt[q] -= k
                 c -= k
             j -= 1

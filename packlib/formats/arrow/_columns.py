@@ -91,7 +91,7 @@ def select_list_columns(schema, columns=None) -> list[str]:
             raise ValueError("the table has no columns to pack")
         selected = [n for n in names if _is_list(schema.field(n).type)]
         if not selected:
-            raise TypeError(f"the table has no list or large_list column to pack (its columns: "
+            raise TypeError("the table has no list or large_list column to pack (its columns: "
                             + ", ".join(f"{n} {schema.field(n).type}" for n in names[:5]) + "); tokenize it first")
     else:
         if isinstance(columns, (str, bytes)) or not hasattr(columns, "__iter__"):

@@ -17,7 +17,12 @@ def _positive(text: str) -> int:
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    """Add the ``mlperf-bert`` options to ``parser``."""
+    """Add the ``mlperf-bert`` options to ``parser``.
+
+    Parameters
+    ----------
+    parser : argparse.ArgumentParser
+    """
     from ... import methods
 
     parser.add_argument("--input-glob", required=True, action="append",
@@ -43,7 +48,13 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the ``mlperf-bert`` command; returns the exit code (0 on success, 1 if the
-    output fails verification). Bad input raises ``ValueError`` with a one-line message."""
+    output fails verification). Bad input raises ``ValueError`` with a one-line message.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        Parsed by a parser that :func:`configure_parser` set up.
+    """
     import sys
 
     from .._errors import PipelineError, VerifyError
