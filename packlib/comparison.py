@@ -14,7 +14,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from . import methods as _registry
-from ._validate import as_bool, as_depth, as_histogram, as_optional_int
+from ._validate import as_bool, as_depth
 
 __all__ = ["compare", "ComparisonTable", "ComparisonRow"]
 
@@ -161,7 +161,8 @@ def compare(
     >>> [(row.method, row.packs, row.gap) for row in table]
     [('spfhp', 4, 0), ('optimal', 4, 0)]
     """
-    h = as_histogram(histogram)
+    from .packing import _histogram_args
+
     if isinstance(max_sequence_length, str) or (
         isinstance(max_sequence_length, (list, tuple)) and all(isinstance(m, str) for m in max_sequence_length)
     ):  # compare(h, methods, depths), the 0.1 spelling: methods were second
@@ -174,7 +175,36 @@ def compare(
             stacklevel=2,
         )
         methods, max_sequence_length = max_sequence_length, None
-    max_sequence_length = as_optional_int(max_sequence_length, "max_sequence_length", minimum=1)
+    # checked once here; the packers then run on the checked histogram (docs/design.md, "Validation")
+    h, L, _ = _histogram_args(histogram, max_sequence_length, None)
+    packers = _as_methods(methods)
+    depths = _as_depths(max_sequences_per_pack)
+    if as_bool(warmup, "warmup"):
+        tiny = np.zeros(8, dtype=np.int64)
+        tiny[[1, 4, 7]] = [3, 2, 1]
+        for method in packers.values():
+            for d in depths:
+                method._run(tiny, 8, d)
+    table = ComparisonTable()
+    for d in depths:
+        plans, seconds = {}, {}
+        for name, method in packers.items():
+            t0 = time.perf_counter()
+            plans[name] = method._run(h, L, d)
+            seconds[name] = time.perf_counter() - t0
+        # a plan that carries a proven bound (optimal_pack) saves computing it again
+        bound = next((p.lower_bound for p in plans.values() if p.lower_bound is not None), None)
+        if bound is None:
+            bound = _lower_bound_or_none(h, L, d)
+        for name, plan in plans.items():
+            table.append(ComparisonRow(method=name, depth=d, packs=plan.num_packs, efficiency=plan.efficiency,
+                                       speedup=plan.speedup, speedup_limit=plan.speedup_limit, lower_bound=bound,
+                                       gap=None if bound is None else plan.num_packs - bound, seconds=seconds[name]))
+    return table
+
+
+def _as_methods(methods) -> dict:
+    """Registry name -> :class:`~packlib.methods.Method` of each histogram method asked for."""
     if methods is None:
         names = list(_registry.names("histogram"))
     elif isinstance(methods, str):
@@ -185,10 +215,15 @@ def compare(
         raise TypeError(f"methods must be a method name or a list of them, got {type(methods).__name__}")
     if not names:
         raise ValueError("methods is empty: name at least one of " + ", ".join(_registry.names("histogram")))
-    packers = {}
+    out = {}
     for m in names:
         method = _registry.get(m, kind="histogram")
-        packers[method.name] = method.function
+        out[method.name] = method
+    return out
+
+
+def _as_depths(max_sequences_per_pack) -> list:
+    """The distinct depth limits asked for, checked, in order."""
     if max_sequences_per_pack is None or isinstance(max_sequences_per_pack, (int, np.integer)):
         depths = [as_depth(max_sequences_per_pack)]
     elif hasattr(max_sequences_per_pack, "__iter__") and not isinstance(max_sequences_per_pack, (str, bytes)):
@@ -197,44 +232,12 @@ def compare(
         depths = [as_depth(max_sequences_per_pack)]  # raises the TypeError that explains
     if not depths:
         raise ValueError("max_sequences_per_pack is empty: give a depth, None (unlimited), or a list of them")
-    depths = list(dict.fromkeys(depths))
-    if as_bool(warmup, "warmup"):
-        tiny = np.zeros(8, dtype=np.int64)
-        tiny[[1, 4, 7]] = [3, 2, 1]
-        for packer in packers.values():
-            for d in depths:
-                packer(tiny, max_sequences_per_pack=d)
-    table = ComparisonTable()
-    for d in depths:
-        plans, seconds = {}, {}
-        for m, packer in packers.items():
-            t0 = time.perf_counter()
-            plans[m] = packer(h, max_sequence_length=max_sequence_length, max_sequences_per_pack=d)
-            seconds[m] = time.perf_counter() - t0
-        # a plan that carries a proven bound (optimal_pack) saves computing it again
-        bound = next((p.lower_bound for p in plans.values() if p.lower_bound is not None), None)
-        if bound is None:
-            bound = _lower_bound_or_none(h, d, max_sequence_length)
-        for m, plan in plans.items():
-            table.append(
-                ComparisonRow(
-                    method=m,
-                    depth=d,
-                    packs=plan.num_packs,
-                    efficiency=plan.efficiency,
-                    speedup=plan.speedup,
-                    speedup_limit=plan.speedup_limit,
-                    lower_bound=bound,
-                    gap=None if bound is None else plan.num_packs - bound,
-                    seconds=seconds[m],
-                )
-            )
-    return table
+    return list(dict.fromkeys(depths))
 
 
-def _lower_bound_or_none(h, depth, max_sequence_length):
+def _lower_bound_or_none(h, L, depth):
     try:
-        from .optimal import lower_bound
+        from .optimal import _lower_bound
     except ImportError:
         return None
-    return int(lower_bound(h, max_sequence_length=max_sequence_length, max_sequences_per_pack=depth).bound)
+    return int(_lower_bound(h, L, depth).bound)

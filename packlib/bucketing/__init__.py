@@ -14,6 +14,10 @@ source), sort them by ``key`` longest first with a *stable* sort, cut batches fr
 (the size of a batch is fixed by its first, longest item; ``boundary_key`` starts a new
 batch whenever its value changes), then shuffle the window's batches with one
 ``random.Random(seed)`` that lives across windows.
+
+>>> import packlib
+>>> packlib.bucket([3, 1, 2, 5, 4, 4], read_ahead=3, batch_size=2, shuffle=False).to_list()
+[[0, 2], [1], [3, 4], [5]]
 """
 from __future__ import annotations
 

@@ -107,7 +107,7 @@ class PackStream:
     def _generate(self):
         from .. import methods
 
-        packer = methods.get(self._method, kind="sequence").function
+        packer = methods.get(self._method, kind="sequence")._run  # each window's lengths are checked below
         skip = self._num_served
         window = self._window
         exhausted = False

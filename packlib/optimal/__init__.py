@@ -107,7 +107,11 @@ def lower_bound(histogram, max_sequence_length: int | None = None, max_sequences
     >>> packlib.lower_bound([0, 0, 3, 2, 1, 0, 2, 0, 0, 0], max_sequences_per_pack=2)  # doctest: +ELLIPSIS
     LowerBound(4 packs of 10 tokens, max 2 per pack: LP 4 (value 4.000), ...)
     """
-    h, L, depth = _histogram_args(histogram, max_sequence_length, max_sequences_per_pack)
+    return _lower_bound(*_histogram_args(histogram, max_sequence_length, max_sequences_per_pack))
+
+
+def _lower_bound(h: np.ndarray, L: int, depth: int | None) -> LowerBound:
+    """:func:`lower_bound` of arguments already checked (``_histogram_args``)."""
     solver = _Solver(h, L, depth, None)
     if solver.long:
         return solver.bound(lp=False)

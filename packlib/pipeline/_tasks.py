@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._errors import InputError, PipelineError
+from ..formats.arrow._gather import _gather
 from .readers import Shard, iter_batches, read_schema
 
 POS = "__packlib_position"
@@ -225,7 +226,6 @@ def spill_task(job: Job, i: int, num_rows: int, seg_row, seg_start, seg_len, seg
     pause_point("spill")
     import pyarrow as pa
 
-    from ..formats import arrow as A
     from ._hash import hash_into, list_values
 
     shard = job.shards[i]
@@ -254,7 +254,10 @@ def spill_task(job: Job, i: int, num_rows: int, seg_row, seg_start, seg_len, seg
                 f = seg_file[k:k2]
                 order = np.argsort(f, kind="stable")
                 fs = f[order]
-                g = A.gather_packs(table, cols, rows[order], st[order], ln[order], np.arange(rows.size + 1))
+                # the segments were checked above against this batch: gathered without a second check
+                g = _gather(table, cols, np.ascontiguousarray(rows[order], dtype=np.int64),
+                            np.ascontiguousarray(st[order], dtype=np.int64), np.ascontiguousarray(ln[order], dtype=np.int64),
+                            np.arange(rows.size + 1, dtype=np.int64), False)
                 g = g.select(cols).append_column(POS, pa.array(seg_pos[k:k2][order]))
                 cuts = np.flatnonzero(np.diff(fs)) + 1
                 bounds = np.concatenate(([0], cuts, [fs.size]))
@@ -283,7 +286,6 @@ def assemble_task(job: Job, f: int, sources, pack_offsets, first_pos: int):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from ..formats import arrow as A
 
     cols = list(job.columns)
     batches, schema = [], None
@@ -302,8 +304,10 @@ def assemble_task(job: Job, f: int, sources, pack_offsets, first_pos: int):
     table = table.drop_columns([POS])
     import pyarrow.compute as pc
 
-    ln = pc.list_value_length(table.column(cols[0])).to_numpy()[order]
-    out = A.gather_packs(table, cols, order, np.zeros(n, dtype=np.int64), ln, pack_offsets)
+    ln = pc.list_value_length(table.column(cols[0])).to_numpy()[order].astype(np.int64)
+    # whole spilled segments, in the order the plan checked: gathered without a second check
+    out = _gather(table, cols, order.astype(np.int64), np.zeros(n, dtype=np.int64), ln,
+                  np.ascontiguousarray(pack_offsets, dtype=np.int64), False)
     del table, batches
     if any(col.num_chunks > 1 for col in out.columns):
         out = out.combine_chunks()

@@ -1,6 +1,14 @@
 """The ``python -m packlib mlperf-bert`` command: unpacked MLPerf BERT TFRecords in, packed
 TFRecords out, on the out-of-core pipeline (:func:`packlib.pipeline.mlperf.pack_mlperf_bert`),
-so memory stays bounded whatever the dataset size."""
+so memory stays bounded whatever the dataset size.
+
+>>> import argparse
+>>> parser = argparse.ArgumentParser()
+>>> configure_parser(parser)
+>>> args = parser.parse_args(["--input-glob", "data/part-*", "--output-dir", "packed"])
+>>> args.method, args.max_sequences_per_pack, args.seed, args.records_per_file
+('nnls', 3, 12345, 50000)
+"""
 from __future__ import annotations
 
 import argparse
