@@ -14,7 +14,7 @@ tokens (TRL's ``seq_length``), moving every selected column together, and adds
 >>> from packlib.formats.arrow import pack_table, packing_report
 >>> t = pa.table({"input_ids": [[1, 2, 3, 4, 5], [6, 7], [8, 9, 10], [11]],
 ...               "attention_mask": [[1, 1, 1, 0, 0], [1, 0], [1, 1, 0], [1]]})
->>> packed = pack_table(t, seq_length=4)
+>>> packed = pack_table(t, seq_length=4, overflow="truncate")   # TRL's bfd; the default refuses long rows
 >>> packed.to_pydict()
 {'input_ids': [[1, 2, 3, 4], [8, 9, 10, 11], [6, 7]], 'attention_mask': [[1, 1, 1, 0], [1, 1, 0, 1], [1, 0]], 'seq_lengths': [[4], [3, 1], [2]]}
 >>> packing_report(packed)["truncated_tokens"]
@@ -28,8 +28,8 @@ The pipeline is four public steps, which the larger-than-memory pipeline
 
 1. :func:`select_list_columns` — which columns to pack;
 2. :func:`row_lengths` — tokens per row (checking the columns agree);
-3. :func:`make_segments` — rows -> segments (``overflow="truncate"`` or ``"split"``),
-   dropping empty rows;
+3. :func:`make_segments` — rows -> segments (``overflow="error"``, ``"truncate"`` or
+   ``"split"``), dropping empty and null rows;
 4. :func:`packlib.methods.pack` on the segment lengths, then :func:`gather_packs` to copy
    the tokens into packed rows.
 """
