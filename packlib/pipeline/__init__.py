@@ -40,6 +40,6 @@ from __future__ import annotations
 
 from ._errors import InputError, Interrupted, PipelineError, VerifyError, WorkerDied
 from ._pack_files import ENGINES, OVERFLOWS, pack_files  # noqa: F401
-from ._result import PackResult
+from ._result import PackResult, read_metadata
 
-__all__ = ["pack_files", "PackResult", "PipelineError", "InputError", "WorkerDied", "VerifyError", "Interrupted"]
+__all__ = ["pack_files", "read_metadata", "PackResult", "PipelineError", "InputError", "WorkerDied", "VerifyError", "Interrupted"]

@@ -41,8 +41,10 @@ class RayEngine:
                 ray.init(num_cpus=int(workers) if workers else None, include_dashboard=False, log_to_driver=False,
                          runtime_env={"env_vars": {"PYTHONPATH": path}})
             self._started = True
+            self._reaper = _start_reaper()
         self.workers = int(ray.available_resources().get("CPU", 1)) if workers is None else int(workers)
         self._remote = None
+        self._reaper = getattr(self, "_reaper", None)
         self._running = []  # the refs of the map in progress, cancelled if the run aborts
 
     def map(self, fn, tasks, desc: str, progress=None, unit: str = "task"):
@@ -87,7 +89,62 @@ class RayEngine:
                 except Exception:  # noqa: BLE001 - finished or already gone
                     pass
         self._running = []
+        if self._reaper is not None:
+            self._reaper.kill()  # the run ends in order: ray.shutdown() stops the local instance
+            self._reaper.wait()
+            self._reaper = None
         if self._started:
             self._ray.shutdown()
             self._started = False
 
+
+
+# A local Ray instance's own helpers (its dashboard and runtime-env agents) outlive a driver
+# that was killed (SIGKILL, the OOM killer) by about a minute. This watcher, started with the
+# instance, ends them within a second of the driver's death (Linux; it waits on a pidfd).
+_REAPER = """
+import os, select, signal, sys
+driver, pids = int(sys.argv[1]), [int(p) for p in sys.argv[2:]]
+select.select([os.pidfd_open(driver)], [], [])
+for pid in pids:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+"""
+
+
+def _descendants(root: int) -> list[int]:
+    """The processes below ``root`` (from /proc; empty where there is none)."""
+    parent = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    for d in names:
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat", "rb") as fh:
+                    stat = fh.read()
+            except OSError:
+                continue
+            parent[int(d)] = int(stat[stat.rindex(b")") + 2:].split()[1])
+    out, frontier = [], [root]
+    while frontier:
+        kids = [p for p, pp in parent.items() if pp in frontier]
+        out += kids
+        frontier = kids
+    return out
+
+
+def _start_reaper():
+    import subprocess
+    import sys
+
+    if not hasattr(os, "pidfd_open"):
+        return None
+    pids = _descendants(os.getpid())
+    if not pids:
+        return None
+    return subprocess.Popen([sys.executable, "-c", _REAPER, str(os.getpid()), *map(str, pids)],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["PackResult", "METADATA_NAME", "LEGACY_METADATA_NAME"]
+__all__ = ["PackResult", "METADATA_NAME", "LEGACY_METADATA_NAME", "read_metadata"]
 
 #: The run's metadata file in the output directory: its name starts with "_" so that readers
 #: of the directory (pyarrow, Polars, DuckDB, Spark) skip it as they skip "_SUCCESS".
@@ -134,3 +134,33 @@ def _metadata(shards, row_counts, cols, left_out, L, depth, method, overflow, se
         "files": [{"name": n, "packs": int(s[0]), "sequences": int(s[1]), "tokens": int(s[2])}
                   for n, s in zip(names, stats)],
     }
+
+
+def read_metadata(output) -> dict:
+    """The metadata :func:`~packlib.pipeline.pack_files` wrote beside the packed files.
+
+    Parameters
+    ----------
+    output : str or os.PathLike
+        The output directory. ``_packing_metadata.json`` is read, or, from an output of
+        packlib 0.2, ``packing_metadata.json``.
+
+    Returns
+    -------
+    dict
+        The inputs, options, plan figures and files of the run.
+    """
+    import json
+    import os
+
+    from ._errors import InputError
+
+    for name in (METADATA_NAME, LEGACY_METADATA_NAME):
+        path = os.path.join(os.fspath(output), name)
+        if os.path.exists(path):
+            try:
+                with open(path, encoding="utf-8") as fh:
+                    return json.load(fh)
+            except ValueError as exc:
+                raise InputError(f"{path}: not valid JSON ({exc}); the output directory is damaged") from None
+    raise InputError(f"{os.fspath(output)}: no {METADATA_NAME} (or {LEGACY_METADATA_NAME}): not an output of pack_files")

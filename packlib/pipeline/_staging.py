@@ -125,18 +125,23 @@ class _SignalGuard:
         self._saved = {}
         self._cleaning = False
         self._pending = None
+        self.received = None  # the signal that interrupted the run
 
     def _handler(self, signum, frame):
         if self._cleaning:
             self._pending = self._pending or signum
             return
+        self.received = signum
         raise Interrupted(signum)
 
     def arm(self):
+        """Install the handlers (again: an engine such as Ray may install its own when it
+        starts); the first call keeps the caller's, which :meth:`disarm` restores."""
         if threading.current_thread() is not threading.main_thread():
             return  # only the main thread may set handlers; the caller's stay in force
         for s in _STOP_SIGNALS:
-            self._saved[s] = signal.signal(s, self._handler)
+            previous = signal.signal(s, self._handler)
+            self._saved.setdefault(s, previous)
 
     def cleaning(self):
         self._cleaning = True
@@ -180,6 +185,7 @@ class StagedRun:
             with open(os.path.join(self.work, OWNER_FILE), "w", encoding="utf-8") as fh:
                 json.dump(_owner(), fh)
             self.engine = make_engine(*self._args)
+            self._signals.arm()  # Ray's start replaces the handlers with its own
         except BaseException:
             shutil.rmtree(self.work, ignore_errors=True)
             self._signals.disarm()
@@ -210,4 +216,8 @@ class StagedRun:
             pending = self._signals.disarm()
         if pending is not None and exc_type is None:
             signal.raise_signal(pending)  # the run is done; the caller's handler gets the signal it missed
+        received = self._signals.received
+        if received is not None and exc_type is not None and issubclass(exc_type, KeyboardInterrupt) \
+                and not isinstance(exc, Interrupted):
+            raise Interrupted(received) from None  # an engine (Ray) re-raised it as a plain KeyboardInterrupt
         return False

@@ -100,10 +100,15 @@ def _exit_with(pid: int) -> None:
 
 def pause_point(step: str) -> None:
     """Test hook: with ``PACKLIB_TEST_PAUSE=<step>`` in the environment, a task of that step
-    says so on stderr and sleeps, so a test can stop the run there (the signal tests)."""
+    says so (on stderr, and by creating the file ``PACKLIB_TEST_PAUSE_FILE`` if set: Ray
+    workers' stderr does not reach the driver) and sleeps, so a test can stop the run there."""
     if os.environ.get("PACKLIB_TEST_PAUSE") == step:
         sys.stderr.write(f"packlib-test: paused in {step}\n")
         sys.stderr.flush()
+        marker = os.environ.get("PACKLIB_TEST_PAUSE_FILE")
+        if marker:
+            with open(marker, "a") as fh:
+                fh.write(f"{os.getpid()}\n")
         time.sleep(float(os.environ.get("PACKLIB_TEST_PAUSE_SECONDS", "60")))
 
 
