@@ -44,6 +44,10 @@ _EXPORTS = {
     "Batches": "bucketing",
     "PackStream": "bucketing",
     "compare": "comparison",
+    "balance": "balancing",
+    "Schedule": "balancing",
+    "transformer_cost": "balancing",
+    "BalancedBatchSampler": "sampler",
     "ComparisonTable": "comparison",
 }
 _SUBMODULES = ("datasets", "formats", "methods", "plot", "torch")
@@ -73,7 +77,9 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
     from ._warmup import warmup  # noqa: F401
     from .blending import BlendedIndex, blend, blend_exhaustive  # noqa: F401
     from .bucketing import Batches, BucketedReadaheadBatchIterator, PackStream, bucket, pack_stream  # noqa: F401
+    from .balancing import Schedule, balance, transformer_cost  # noqa: F401
     from .comparison import ComparisonTable, compare  # noqa: F401
+    from .sampler import BalancedBatchSampler  # noqa: F401
     from .optimal import Certificate, LowerBound, lower_bound, optimal_pack  # noqa: F401
     from .packing import (  # noqa: F401
         PackingPlan,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["histogram", "plan", "strategies", "compare"]
+__all__ = ["histogram", "plan", "strategies", "compare", "schedule"]
 
 
 def _pyplot():
@@ -160,3 +160,43 @@ def compare(table, ax=None):
     ax.legend()
     ax.set_title("packing efficiency by method and depth")
     return ax
+
+
+def schedule(schedule, baseline=None, ax=None, *, steps: int = 200):
+    """How busy each rank is at each step: ``cost / the step's largest rank cost`` as an
+    image (1.0: the rank sets the step's time; lower: it waits), for the first ``steps``
+    steps; with ``baseline`` (e.g. :func:`packlib.balancing.round_robin` of the same
+    lengths), the two side by side, each titled with its balance.
+
+    Parameters
+    ----------
+    schedule : Schedule
+    baseline : Schedule, optional
+    ax : matplotlib Axes, or a pair of them with ``baseline``, optional
+    steps : int, default 200
+
+    Returns
+    -------
+    matplotlib Axes, or a list of two with ``baseline``
+    """
+    from ._validate import as_positive_int
+
+    steps = as_positive_int(steps, "steps")
+    shown = [schedule] if baseline is None else [baseline, schedule]
+    if ax is None:
+        _, axes = _pyplot().subplots(1, len(shown), figsize=(5 * len(shown), 4), squeeze=False)
+        axes = list(axes[0])
+    else:
+        axes = list(ax) if baseline is not None else [ax]
+    titles = ["packlib.balance"] if baseline is None else ["packs dealt round-robin", "packlib.balance"]
+    image = None
+    for a, s, title in zip(axes, shown, titles):
+        c = np.asarray(s.cost[:steps], dtype=float)
+        worst = c.max(axis=1, keepdims=True)
+        busy = np.divide(c, worst, out=np.ones_like(c), where=worst > 0)
+        image = a.imshow(busy.T, aspect="auto", cmap="viridis", vmin=0.0, vmax=1.0, interpolation="nearest")
+        a.set_xlabel("step")
+        a.set_ylabel("rank")
+        a.set_title(f"{title}: balance {s.balance:.3f}")
+    axes[-1].figure.colorbar(image, ax=axes, label="cost / step's slowest rank")
+    return axes[0] if baseline is None else axes

@@ -24,7 +24,7 @@ FLOORS = [
     ("base", ["_version", "_jit", "_validate", "_progress", "_names", "_nnls_limits", "datasets", "plot"]),
     ("kernels", ["_kernels"]),
     ("results", ["_histogram", "_packs", "_plan"]),
-    ("packers", ["packing", "optimal", "blending", "balance"]),
+    ("packers", ["packing", "optimal", "blending", "balancing"]),
     ("registry", ["methods"]),
     ("users of the registry", ["bucketing", "comparison", "sampler"]),
     ("adapters", ["formats", "torch"]),

@@ -136,14 +136,14 @@ def _metadata(shards, row_counts, cols, left_out, L, depth, method, overflow, se
     }
 
 
-def read_metadata(output) -> dict:
+def read_metadata(directory) -> dict:
     """The metadata :func:`~packlib.pipeline.pack_files` wrote beside the packed files.
 
     Parameters
     ----------
-    output : str or os.PathLike
-        The output directory. ``_packing_metadata.json`` is read, or, from an output of
-        packlib 0.2, ``packing_metadata.json``.
+    directory : str or os.PathLike
+        An output directory of ``pack_files``. ``_packing_metadata.json`` is read, or, from
+        an output of packlib 0.2, ``packing_metadata.json``.
 
     Returns
     -------
@@ -156,11 +156,11 @@ def read_metadata(output) -> dict:
     from ._errors import InputError
 
     for name in (METADATA_NAME, LEGACY_METADATA_NAME):
-        path = os.path.join(os.fspath(output), name)
+        path = os.path.join(os.fspath(directory), name)
         if os.path.exists(path):
             try:
                 with open(path, encoding="utf-8") as fh:
                     return json.load(fh)
             except ValueError as exc:
                 raise InputError(f"{path}: not valid JSON ({exc}); the output directory is damaged") from None
-    raise InputError(f"{os.fspath(output)}: no {METADATA_NAME} (or {LEGACY_METADATA_NAME}): not an output of pack_files")
+    raise InputError(f"{os.fspath(directory)}: no {METADATA_NAME} (or {LEGACY_METADATA_NAME}): not an output of pack_files")

@@ -1,0 +1,150 @@
+""":class:`BalancedBatchSampler`: one rank's micro-batches of a :func:`packlib.balance`
+schedule, as a ``batch_sampler`` for ``torch.utils.data.DataLoader`` (packlib does not
+import torch: a batch sampler is any iterable of lists of indices with a ``len()``).
+
+Every rank builds the same schedule from the same lengths, seed and epoch, alone, at
+start-up; each then yields its own micro-batches, ``micro_batches`` per step, the same
+number on every rank. ``state_dict()`` / ``load_state_dict()`` resume exactly mid-epoch.
+
+>>> import numpy as np
+>>> lengths = np.random.default_rng(0).integers(1, 512, 1000)
+>>> samplers = [BalancedBatchSampler(lengths, 512, rank=r, world_size=2, micro_batches=2) for r in range(2)]
+>>> len(samplers[0]) == len(samplers[1])
+True
+>>> first = next(iter(samplers[0]))     # rank 0, step 0, micro-batch 0: sample ids
+>>> int(sum(lengths[first])) <= 512
+True
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+
+import numpy as np
+
+__all__ = ["BalancedBatchSampler"]
+
+_STATE_VERSION = 1
+
+
+class BalancedBatchSampler:
+    """Rank ``rank``'s micro-batches (lists of sample ids) of the balanced schedule of
+    ``lengths``, in training order.
+
+    Parameters
+    ----------
+    lengths, max_sequence_length, max_sequences_per_pack
+        As for :func:`packlib.balance`.
+    rank : int
+        This process's data-parallel rank, in ``[0, world_size)``.
+    world_size : int
+        Data-parallel ranks.
+    micro_batches : int, default 1
+        Micro-batches per rank per step (gradient accumulation): one step is that many
+        consecutive items of this sampler.
+    cost, window, seed, drop_last
+        As for :func:`packlib.balance`; ``cost`` defaults to tokens, ``(1.0, 0.0)``.
+
+    Notes
+    -----
+    ``set_epoch(epoch)`` before each epoch, as with ``DistributedSampler``: the schedule of
+    each epoch is a new shuffle. ``len()`` is the number of micro-batches of the current
+    epoch, equal on every rank.
+    """
+
+    def __init__(self, lengths, max_sequence_length, max_sequences_per_pack=None, *, rank, world_size,
+                 micro_batches=1, cost=(1.0, 0.0), window=None, seed=0, drop_last=True):
+        from .balancing import DEFAULT_WINDOW, _as_rank, _settings
+
+        window = DEFAULT_WINDOW if window is None else window
+        args = _settings(lengths, max_sequence_length, max_sequences_per_pack, world_size, micro_batches, cost,
+                         window, seed, 0, drop_last)
+        self._lens, self._L, self._depth, self._W, self._M, self._cost, self._window, self._seed, _, self._drop = args
+        self.rank = _as_rank(rank, self._W)
+        self.world_size, self.micro_batches = self._W, self._M
+        self.epoch = 0
+        self._position = 0  # micro-batches of this epoch already yielded
+        self._schedule = None
+        self._fingerprint = self._make_fingerprint()
+
+    # -- the schedule ---------------------------------------------------------------------
+    @property
+    def schedule(self):
+        """The whole :class:`~packlib.Schedule` of the current epoch (every rank's)."""
+        if self._schedule is None:
+            from .balancing import _balance
+
+            self._schedule = _balance(self._lens, self._L, self._depth, self._W, self._M, self._cost, self._window,
+                                      self._seed, self.epoch, self._drop)
+        return self._schedule
+
+    def set_epoch(self, epoch: int) -> None:
+        """Use the schedule of ``epoch`` from now on (from its start).
+
+        Parameters
+        ----------
+        epoch : int
+            ``>= 0``.
+        """
+        from ._validate import as_nonnegative_int
+
+        epoch = as_nonnegative_int(epoch, "epoch")
+        if epoch != self.epoch:
+            self.epoch, self._schedule = epoch, None
+        self._position = 0
+
+    def __len__(self) -> int:
+        return self.schedule.num_steps * self._M
+
+    def __iter__(self):
+        s = self.schedule
+        o, ix, W, M, r = s.packs.offsets, s.packs.indices, self._W, self._M, self.rank
+        start = self._position
+        for i in range(start, s.num_steps * M):
+            step, m = divmod(i, M)
+            k = (step * W + r) * M + m
+            self._position = i + 1
+            yield ix[o[k]:o[k + 1]].tolist()
+        self._position = 0  # the epoch is done: a new iteration starts it again
+
+    # -- checkpoints ----------------------------------------------------------------------
+    def _make_fingerprint(self) -> str:
+        h = hashlib.sha256(np.ascontiguousarray(self._lens, dtype="<i8").tobytes())
+        h.update(json.dumps([self._L, self._depth, self._W, self._M, list(self._cost), self._window, self._seed,
+                             self._drop]).encode())
+        return h.hexdigest()
+
+    def state_dict(self) -> dict:
+        """Where this rank is: the epoch and how many micro-batches of it were yielded,
+        with a fingerprint of the lengths and settings (checked on load)."""
+        return {"version": _STATE_VERSION, "epoch": self.epoch, "position": self._position, "rank": self.rank,
+                "fingerprint": self._fingerprint}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resume where :meth:`state_dict` was taken: the next item is the micro-batch that
+        would have come next. Refuses a state of other lengths or settings (``ValueError``).
+
+        Parameters
+        ----------
+        state : dict
+            From :meth:`state_dict` of a sampler with the same lengths and settings.
+        """
+        from ._validate import as_nonnegative_int
+
+        if not isinstance(state, dict) or state.get("version") != _STATE_VERSION:
+            raise ValueError(f"not a BalancedBatchSampler state (version {_STATE_VERSION}): {state!r:.120}")
+        if state.get("fingerprint") != self._fingerprint:
+            raise ValueError("this state was taken with other lengths or settings (max_sequence_length, depth, "
+                             "world_size, micro_batches, cost, window, seed or drop_last): it cannot be resumed here")
+        if state.get("rank") != self.rank:
+            raise ValueError(f"this state is rank {state.get('rank')}'s; this sampler is rank {self.rank}'s")
+        epoch = as_nonnegative_int(state.get("epoch"), "state['epoch']")
+        position = as_nonnegative_int(state.get("position"), "state['position']")
+        self.set_epoch(epoch)
+        if position > len(self):
+            raise ValueError(f"state['position'] = {position} is past the epoch's {len(self)} micro-batches")
+        self._position = position
+
+    def __repr__(self) -> str:
+        return (f"BalancedBatchSampler(rank {self.rank} of {self._W}, {self._M} micro-batches per step, "
+                f"epoch {self.epoch}, {self._lens.size:,} samples)")
