@@ -49,7 +49,8 @@ class BalancedBatchSampler:
     -----
     ``set_epoch(epoch)`` before each epoch, as with ``DistributedSampler``: the schedule of
     each epoch is a new shuffle. ``len()`` is the number of micro-batches of the current
-    epoch, equal on every rank.
+    epoch, equal on every rank. Each iteration starts the epoch from its beginning, except
+    the first after :meth:`load_state_dict`, which starts where the state was taken.
     """
 
     def __init__(self, lengths, max_sequence_length, max_sequences_per_pack=None, *, rank, world_size,
@@ -64,6 +65,7 @@ class BalancedBatchSampler:
         self.world_size, self.micro_batches = self._W, self._M
         self.epoch = 0
         self._position = 0  # micro-batches of this epoch already yielded
+        self._resume = 0  # where the next iteration starts (set by load_state_dict)
         self._schedule = None
         self._fingerprint = self._make_fingerprint()
 
@@ -91,21 +93,24 @@ class BalancedBatchSampler:
         epoch = as_nonnegative_int(epoch, "epoch")
         if epoch != self.epoch:
             self.epoch, self._schedule = epoch, None
-        self._position = 0
+        self._position = self._resume = 0
 
     def __len__(self) -> int:
         return self.schedule.num_steps * self._M
 
     def __iter__(self):
+        start, self._resume = self._resume, 0
+        self._position = start
+        return self._micro_batches(start)
+
+    def _micro_batches(self, start: int):
         s = self.schedule
         o, ix, W, M, r = s.packs.offsets, s.packs.indices, self._W, self._M, self.rank
-        start = self._position
         for i in range(start, s.num_steps * M):
             step, m = divmod(i, M)
             k = (step * W + r) * M + m
             self._position = i + 1
             yield ix[o[k]:o[k + 1]].tolist()
-        self._position = 0  # the epoch is done: a new iteration starts it again
 
     # -- checkpoints ----------------------------------------------------------------------
     def _make_fingerprint(self) -> str:
@@ -143,7 +148,7 @@ class BalancedBatchSampler:
         self.set_epoch(epoch)
         if position > len(self):
             raise ValueError(f"state['position'] = {position} is past the epoch's {len(self)} micro-batches")
-        self._position = position
+        self._position = self._resume = position
 
     def __repr__(self) -> str:
         return (f"BalancedBatchSampler(rank {self.rank} of {self._W}, {self._M} micro-batches per step, "

@@ -1,14 +1,41 @@
 """Kernels of compute-balanced step planning (:mod:`packlib.balancing`).
 
 A window of packed rows (CSR over the window's sequences) becomes steps of ``W`` ranks x
-``M`` micro-batches: rows sorted by cost are cut into steps of ``W * M`` neighbours (so a
-step's rows cost about the same), dealt to ranks longest-processing-time first with ``M``
-rows each, and then each step's most and least loaded ranks exchange sequences (a move or
+``M`` micro-batches: rows sorted by cost are cut into groups of ``W`` neighbours, and each
+step takes ``M`` groups from different cost bands (so each rank can get one row of each),
+dealt to ranks longest-processing-time first with ``M`` rows each, and then each step's most and least loaded ranks exchange sequences (a move or
 a swap, whichever brings them closest to even) while the rows' capacity and depth allow.
 """
 import numpy as np
 
 from .._jit import jit
+
+
+@jit
+def prefix_balanced_order(samples, tokens, mean, running):
+    """An order of steps (``samples`` and ``tokens`` each) in which every prefix keeps the
+    mean sequence length of the whole: each next step is taken from the side (many short
+    sequences, or few long ones) that brings the running count of sequences closest to
+    ``tokens so far / mean`` (``mean``: the epoch's mean length). Returns ``(order, running)``: ``order[j]`` is the step at position ``j``;
+    ``running`` (in and out) carries the deviation from one window to the next."""
+    k = samples.size
+    dev = np.empty(k, np.float64)
+    for i in range(k):
+        dev[i] = samples[i] - tokens[i] / mean
+    by_dev = np.argsort(dev, kind="mergesort")
+    lo, hi = 0, k - 1
+    order = np.empty(k, np.int64)
+    for j in range(k):
+        take_low = running > 0.0
+        if take_low:
+            i = by_dev[lo]
+            lo += 1
+        else:
+            i = by_dev[hi]
+            hi -= 1
+        order[j] = i
+        running += dev[i]
+    return order, running
 
 
 @jit
@@ -110,6 +137,22 @@ def _refine(items, rows, item_row, item_len, item_cost, row_rank, row_tokens, ro
 
 
 @jit
+def _strata(row_cost, steps, W, M):
+    """The rows of each step: the window's rows sorted by cost form ``steps * M`` groups of
+    ``W`` neighbours, ``M`` bands of ``steps`` groups; each step takes one group of every
+    band (snaking: the costliest group of one band with the cheapest of the next), so its
+    ``M`` micro-batch rounds each hold rows of one cost, and steps mix the bands alike.
+    Returns ``(steps, W * M)`` row ids, each step's rows cost-descending."""
+    by_cost = np.argsort(-row_cost, kind="mergesort")  # stable: ties keep the packer's order
+    out = np.empty((steps, W * M), np.int64)
+    for g in range(steps * M):
+        band, k = divmod(g, steps)
+        st = k if band % 2 == 0 else steps - 1 - k
+        out[st, band * W:(band + 1) * W] = by_cost[g * W:(g + 1) * W]
+    return out
+
+
+@jit
 def balance_window(offsets, item_len, item_cost, n_rows, W, M, L, D, rounds):
     """Steps from one window of ``n_rows = steps * W * M`` rows (CSR ``offsets`` over the
     window's items; rows past the packed ones are empty).
@@ -130,13 +173,13 @@ def balance_window(offsets, item_len, item_cost, n_rows, W, M, L, D, rounds):
             row_cost[r] += item_cost[k]
             row_tokens[r] += item_len[k]
             row_count[r] += 1
-    by_cost = np.argsort(-row_cost, kind="mergesort")  # stable: ties keep the packer's order
     steps = n_rows // (W * M)
+    step_rows = _strata(row_cost, steps, W, M)
     row_rank = np.empty(n_rows, np.int64)
     rank_cost = np.zeros((steps, W), np.float64)
     step_of_row = np.empty(n_rows, np.int64)
     for st in range(steps):
-        rows = by_cost[st * W * M:(st + 1) * W * M]
+        rows = step_rows[st]
         _deal(row_cost, rows, W, M, row_rank)
         for r in rows:
             step_of_row[r] = st
@@ -154,7 +197,7 @@ def balance_window(offsets, item_len, item_cost, n_rows, W, M, L, D, rounds):
         step_items[fill[st]] = k
         fill[st] += 1
     for st in range(steps):
-        _refine(step_items[step_start[st]:step_start[st + 1]], by_cost[st * W * M:(st + 1) * W * M], item_row,
+        _refine(step_items[step_start[st]:step_start[st + 1]], step_rows[st], item_row,
                 item_len, item_cost, row_rank, row_tokens, row_count, rank_cost[st], W, L, D, rounds)
     slot_offsets, slot_items = _slots(item_row, step_of_row, row_rank, n_rows, W, M)
     return slot_offsets, slot_items, rank_cost

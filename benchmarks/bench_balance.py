@@ -1,0 +1,256 @@
+"""Benchmark: compute balance across data-parallel ranks, packlib against the peers' code.
+
+    pip install -e ".[test]" transformers && pip install --no-deps trl axolotl
+    python benchmarks/bench_balance.py            # the four workloads, then 1 M samples x 64 ranks
+    python benchmarks/bench_balance.py --quick    # smaller epochs
+
+On lengths drawn here (seeded), with a sequence of ``l`` tokens costing ``l + l**2 / (6 h)``
+(``h = 4096``, full attention: ``packlib.transformer_cost(4096, causal=False)``), one run,
+side by side:
+
+- **packlib**: ``packlib.balance`` (default window);
+- **TRL**: ``trl.pack_dataset(strategy="bfd")`` on a ``datasets.Dataset`` of the lengths'
+  token lists, its packed rows shuffled and dealt round-robin (``DistributedSampler``: rank
+  ``r`` gets rows ``r, r + W, ...``), ``M`` rows per rank per step, the rows that do not
+  fill a last step dropped;
+- **axolotl**: each rank's shard of the shuffled epoch (``r::W``) packed by axolotl's own
+  ``pack_parallel`` (first fit in the shard's order, groups of 100,000, ``safe_mode``, one
+  process), ``M`` bins per step, all ranks cut to the shortest rank's number of steps (as
+  its sampler's ``reduce_and_broadcast`` does). axolotl's module imports torch and its
+  distributed helpers at the top; without torch they are stubbed (the packing functions
+  are axolotl's, unchanged).
+
+Columns: balance (total cost / (W x sum over steps of the slowest rank's cost)), token
+efficiency (tokens / (steps x W x M x L)), samples dropped, planning time (packlib warm: its
+first call, numba compile or cache load, is printed apart), peak memory (the planner's
+process, above its size after its imports: each planner runs in a fresh process), and
+"tenths": the largest deviation of a tenth of the epoch's training order from the mean
+sample length of the whole (the planner may reorder samples; it must not sort them).
+"""
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import pathlib
+import resource
+import sys
+import time
+import types
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+H = 4096
+
+
+# ------------------------------------------------------------------------------ workloads
+
+
+def workloads(quick: bool):
+    """(name, lengths, L, ranks, micro-batches), drawn with fixed seeds."""
+    rng = np.random.default_rng(2026)
+    n = 40_000 if quick else 200_000
+    chat = np.clip(np.rint(rng.lognormal(np.log(600), 1.0, n)), 1, 8192).astype(np.int64)
+    m = n // 2
+    docs = np.concatenate([rng.lognormal(np.log(2500), 1.1, int(m * 0.85)), rng.uniform(8000, 60000, m - int(m * 0.85))])
+    rng.shuffle(docs)
+    docs = np.clip(np.rint(docs), 16, 32768).astype(np.int64)
+    code = rng.lognormal(np.log(900), 0.9, n // 2)
+    prose = rng.pareto(1.3, n - n // 2) * 1500 + 200
+    mix = np.concatenate([code, prose])
+    rng.shuffle(mix)
+    mix = np.clip(np.rint(mix), 8, 16384).astype(np.int64)
+    import packlib
+
+    h = packlib.datasets.wikipedia_512().astype(np.float64)
+    wiki = rng.choice(np.arange(1, 513), size=5 * n, p=h / h.sum()).astype(np.int64)
+    return [("chat-like", chat, 8192, 8, 4), ("long documents", docs, 32768, 32, 2),
+            ("code and prose", mix, 16384, 16, 2), ("Wikipedia lengths", wiki, 512, 16, 4)]
+
+
+# ------------------------------------------------------------------------------ planners
+
+
+def measure(lengths, L, W, M, plan_slots):
+    """Cost per (step, rank) of ``plan_slots`` = list over steps of list over ranks of the
+    sample ids of the rank's M rows, and the figures."""
+    import packlib
+
+    a, b = packlib.transformer_cost(H, causal=False)
+    c = a * lengths + b * lengths.astype(np.float64) ** 2
+    steps = len(plan_slots)
+    cost = np.zeros((steps, W))
+    used = 0
+    tokens = 0
+    seen = np.zeros(lengths.size, np.int64)
+    for s, ranks in enumerate(plan_slots):
+        for r, ids in enumerate(ranks):
+            ids = np.asarray(ids, dtype=np.int64)
+            cost[s, r] = c[ids].sum()
+            tokens += int(lengths[ids].sum())
+            seen[ids] += 1
+            used += ids.size
+    assert seen.max(initial=0) <= 1, "a sample scheduled twice"
+    worst = cost.max(axis=1).sum()
+    # the order samples are trained in (step by step, rank by rank): the mean length of each
+    # tenth of it against the whole epoch's
+    order = np.concatenate([np.asarray(ids, dtype=np.int64) for ranks in plan_slots for ids in ranks])
+    tenths = max(abs(lengths[t].mean() / lengths[order].mean() - 1) for t in np.array_split(order, 10))
+    return {"balance": cost.sum() / (W * worst) if worst else 1.0, "efficiency": tokens / (steps * W * M * L),
+            "dropped": lengths.size - used, "steps": steps, "tenths": tenths}
+
+
+def run_packlib(lengths, L, W, M):
+    import packlib
+
+    t0 = time.perf_counter()
+    packlib.balance(lengths[:2000], L, world_size=min(W, 2), micro_batches=1)  # first call: compile or load
+    first = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    s = packlib.balance(lengths, L, world_size=W, micro_batches=M, cost=packlib.transformer_cost(H, causal=False))
+    seconds = time.perf_counter() - t0
+    o, ix = s.packs.offsets, s.packs.indices
+    slots = [[ix[o[(st * W + r) * M]:o[(st * W + r) * M + M]] for r in range(W)] for st in range(s.num_steps)]
+    return seconds, slots, first
+
+
+def run_trl(lengths, L, W, M, seed=0):
+    import datasets
+    import pyarrow as pa
+    from trl import pack_dataset
+
+    # each row's first token is its row id (the others 0): it survives packing at the start
+    # of its segment, which tells which sample every segment of TRL's output is
+    offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+    first = np.zeros(int(offsets[-1]), np.int32)
+    first[offsets[:-1]] = np.arange(lengths.size, dtype=np.int32)
+    ds = datasets.Dataset(pa.table({"input_ids": pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(first))}))
+    t0 = time.perf_counter()
+    packed = pack_dataset(ds, seq_length=L, strategy="bfd")
+    seconds = time.perf_counter() - t0
+    table = packed.data.table
+    seq = table.column("seq_lengths").combine_chunks()
+    tok = table.column("input_ids").combine_chunks()
+    seg_len = seq.values.to_numpy().astype(np.int64)
+    values = tok.values.to_numpy()[int(tok.offsets[0].as_py()):]
+    starts = np.concatenate(([0], np.cumsum(seg_len)[:-1]))
+    sample = values[starts].astype(np.int64)
+    assert np.array_equal(np.sort(sample), np.arange(lengths.size)), "every sample once in TRL's output"
+    rows = np.split(sample, seq.offsets.to_numpy()[1:-1] - seq.offsets.to_numpy()[0])
+    perm = np.random.default_rng(seed).permutation(len(rows))  # DistributedSampler(shuffle=True)
+    per_rank = len(rows) // W
+    steps = per_rank // M
+    slots = [[np.concatenate([rows[perm[(st * M + m) * W + r]] for m in range(M)]) for r in range(W)]
+             for st in range(steps)]
+    return seconds, slots, None
+
+
+def _axolotl_module():
+    """axolotl's multipack module; its torch and distributed imports stubbed if torch is missing."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        data = types.ModuleType("torch.utils.data")
+        for name in ("BatchSampler", "Sampler", "SequentialSampler"):
+            setattr(data, name, type(name, (), {"__class_getitem__": classmethod(lambda cls, item: cls)}))
+        torch = types.ModuleType("torch")
+        utils = types.ModuleType("torch.utils")
+        torch.utils, utils.data = utils, data
+        sys.modules.update({"torch": torch, "torch.utils": utils, "torch.utils.data": data})
+    for name, attrs in (("axolotl.utils.distributed", {"reduce_and_broadcast": lambda *a, **k: None}),
+                        ("axolotl.utils.logging", {"get_logger": lambda name: __import__("logging").getLogger(name)})):
+        try:
+            __import__(name)
+        except Exception:  # noqa: BLE001 - its heavy dependencies are not installed here
+            mod = types.ModuleType(name)
+            mod.__dict__.update(attrs)
+            sys.modules[name] = mod
+    from axolotl.utils.samplers import multipack
+
+    return multipack
+
+
+def run_axolotl(lengths, L, W, M, seed=0):
+    multipack = _axolotl_module()
+    perm = np.random.default_rng(seed).permutation(lengths.size)
+    multipack.pack_parallel(lengths[:2000].astype(np.int32), bin_capacity=L, group_size=100_000, bin_size=L,
+                            num_processes=1, safe_mode=True)  # numba compile
+    t0 = time.perf_counter()
+    per_rank = []
+    for r in range(W):
+        shard = perm[r::W]
+        bins = multipack.pack_parallel(lengths[shard].astype(np.int32), bin_capacity=L, group_size=100_000,
+                                       bin_size=L, num_processes=1, safe_mode=True)
+        per_rank.append([shard[np.asarray(b, dtype=np.int64)] for b in bins])
+    seconds = time.perf_counter() - t0
+    steps = min(len(b) for b in per_rank) // M
+    slots = [[np.concatenate(per_rank[r][st * M:(st + 1) * M]) for r in range(W)] for st in range(steps)]
+    return seconds, slots, None
+
+
+PLANNERS = {"packlib.balance": run_packlib, "TRL bfd, dealt": run_trl, "axolotl multipack": run_axolotl}
+
+
+def _child(planner, lengths, L, W, M, queue):
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)  # the peers' progress bars and advisories; failures come back through the queue
+    import packlib  # noqa: F401 - imports are not the planner's memory
+    import packlib._kernels.balance  # noqa: F401
+    if planner.startswith("TRL"):
+        import datasets  # noqa: F401
+        import trl  # noqa: F401
+    elif planner.startswith("axolotl"):
+        _axolotl_module()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    try:
+        seconds, slots, first = PLANNERS[planner](lengths, L, W, M)
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+        queue.put((measure(lengths, L, W, M, slots), seconds, first, peak * 1024))
+    except Exception as exc:  # noqa: BLE001 - reported in the table
+        queue.put((None, None, None, f"{type(exc).__name__}: {exc}"))
+
+
+def in_child(planner, lengths, L, W, M):
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=_child, args=(planner, lengths, L, W, M, q))
+    p.start()
+    out = q.get()
+    p.join()
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--skip-large", action="store_true", help="skip 1 M samples x 64 ranks")
+    args = ap.parse_args()
+    print(f"{'workload':<36} {'planner':<24} {'balance':>8} {'efficiency':>10} {'dropped':>9} {'steps':>6} "
+          f"{'time':>9} {'peak memory':>12} {'tenths':>7}")
+    cases = workloads(args.quick)
+    if not args.skip_large:
+        rng = np.random.default_rng(7)
+        big = np.clip(np.rint(rng.lognormal(np.log(600), 1.0, 1_000_000)), 1, 8192).astype(np.int64)
+        cases.append(("1 M chat-like, 64 ranks", big, 8192, 64, 2))
+    for name, lengths, L, W, M in cases:
+        label = f"{name}, L={L // 1024 if L >= 1024 else L}{'k' if L >= 1024 else ''}, {W}x{M}"
+        for planner in PLANNERS:
+            if planner.startswith("TRL") and name.startswith("1 M"):
+                continue
+            fig, seconds, first, peak = in_child(planner, lengths, L, W, M)
+            if fig is None:
+                print(f"{label:<36} {planner:<24} failed: {peak}")
+                continue
+            drop = f"{fig['dropped']:,} ({100 * fig['dropped'] / lengths.size:.1f} %)"
+            extra = f"  (first call {first:.1f} s)" if first else ""
+            print(f"{label:<36} {planner:<24} {fig['balance']:>8.4f} {fig['efficiency']:>10.4f} {drop:>9} "
+                  f"{fig['steps']:>6,} {seconds:>8.2f}s {peak / 2**20:>9.0f} MiB {100 * fig['tenths']:>6.1f}%{extra}")
+        print()
+
+
+if __name__ == "__main__":
+    main()
