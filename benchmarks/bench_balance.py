@@ -3,6 +3,7 @@
     pip install -e ".[test]" transformers && pip install --no-deps trl axolotl
     python benchmarks/bench_balance.py            # the four workloads, then 1 M samples x 64 ranks
     python benchmarks/bench_balance.py --quick    # smaller epochs
+    python benchmarks/bench_balance.py --windows  # packlib's window trade-off on the same workloads
 
 On lengths drawn here (seeded), with a sequence of ``l`` tokens costing ``l + l**2 / (6 h)``
 (``h = 4096``, full attention: ``packlib.transformer_cost(4096, causal=False)``), one run,
@@ -224,11 +225,32 @@ def in_child(planner, lengths, L, W, M):
     return out
 
 
+def windows(quick: bool):
+    """Balance, efficiency and the tenths' deviation of packlib.balance for several windows."""
+    import packlib
+
+    cost = packlib.transformer_cost(H, causal=False)
+    print(f"{'workload':<36} {'window':>6} {'balance':>8} {'efficiency':>10} {'tenths':>7} {'time':>8}")
+    for name, lengths, L, W, M in workloads(quick):
+        for window in (2, 4, 8, 16, 32, 64):
+            t0 = time.perf_counter()
+            s = packlib.balance(lengths, L, world_size=W, micro_batches=M, cost=cost, window=window)
+            seconds = time.perf_counter() - t0
+            order = s.packs.indices
+            tenths = max(abs(lengths[t].mean() / lengths[order].mean() - 1) for t in np.array_split(order, 10))
+            print(f"{name:<36} {window:>6} {s.balance:>8.4f} {s.efficiency:>10.4f} {100 * tenths:>6.1f}% "
+                  f"{seconds:>7.2f}s")
+        print()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--skip-large", action="store_true", help="skip 1 M samples x 64 ranks")
+    ap.add_argument("--windows", action="store_true", help="packlib only: balance and order against the window")
     args = ap.parse_args()
+    if args.windows:
+        return windows(args.quick)
     print(f"{'workload':<36} {'planner':<24} {'balance':>8} {'efficiency':>10} {'dropped':>9} {'steps':>6} "
           f"{'time':>9} {'peak memory':>12} {'tenths':>7}")
     cases = workloads(args.quick)
