@@ -36,6 +36,7 @@ def warmup(verbose: bool = False) -> float:
       small sizes and, on two threads, for large ones), and :func:`~packlib.blend_exhaustive`;
     - bucketing: :func:`~packlib.bucket` (by batch size and by token budget, shuffled),
       :class:`~packlib.BucketedReadaheadBatchIterator` and :func:`~packlib.pack_stream`;
+    - compute-balanced steps: :func:`~packlib.balance` (with and without a depth limit);
     - formats: the TFRecord framing and CRC-32C kernels, ``tf.train.Example`` encoding and
       decoding, and MLPerf BERT packing and unpacking (all in memory, no files), and, when
       ``pyarrow`` is installed, Arrow table packing (:mod:`packlib.formats.arrow`);
@@ -108,6 +109,15 @@ def _bucketing():
     list(pack_stream(_LENGTHS.tolist(), _L, read_ahead=4, key=int))
 
 
+def _balancing():
+    from .balancing import balance, round_robin
+
+    lengths = np.tile(_LENGTHS, 8)
+    balance(lengths, _L, world_size=2, micro_batches=2, cost=(1.0, 0.01), window=2)
+    balance(lengths, _L, 3, world_size=2, micro_batches=1, drop_last=False)
+    round_robin(lengths, _L, world_size=2, micro_batches=2)
+
+
 def _formats():
     from .formats import mlperf_bert, tfrecord
     from .packing import bfd_pack
@@ -157,6 +167,7 @@ _FAMILIES = (
     ("lower bounds and optimal packing", _optimal),
     ("blending", _blending),
     ("bucketing", _bucketing),
+    ("compute-balanced steps", _balancing),
     ("formats", _formats),
     ("arrow", _arrow),
     ("pipeline", _pipeline_hashes),
