@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -25,7 +24,6 @@ from ._validate import (
 __all__ = ["PackingPlan"]
 
 
-@dataclass(frozen=True, eq=False, repr=False)
 class PackingPlan(_Figures):
     """A histogram packing: strategies and how many packs use each.
 
@@ -33,7 +31,12 @@ class PackingPlan(_Figures):
     ----------
     strategies : int64 array, shape ``(S, D)``
         One strategy per row: the lengths of the sequences in one pack, in descending
-        order, zero-padded to the widest strategy. Rows are distinct.
+        order, zero-padded to the widest strategy. Rows are distinct. Built on first use:
+        the plan itself is stored raggedly (``strategy_items``, ``strategy_offsets``), so a
+        plan whose widest pack holds thousands of sequences takes the room of its items.
+    strategy_items, strategy_offsets : int64 arrays
+        The same strategies in CSR form: strategy ``s`` is
+        ``strategy_items[strategy_offsets[s]:strategy_offsets[s + 1]]``.
     counts : int64 array, shape ``(S,)``
         How many packs use each strategy (all > 0).
     max_sequence_length : int
@@ -60,41 +63,117 @@ class PackingPlan(_Figures):
     built from, exactly.
     """
 
-    strategies: np.ndarray
-    counts: np.ndarray
-    max_sequence_length: int
-    max_sequences_per_pack: int | None = None
-    method: str = ""
-    lower_bound: int | None = None
-    info: dict = field(default_factory=dict)
-    bound: object = None
-    status: int = 0
-    message: str = ""
 
-    def __post_init__(self):
-        L = as_positive_int(self.max_sequence_length, "max_sequence_length")
-        s = _as_strategies(self.strategies)
-        c = as_int_array(self.counts, "counts", minimum=0)
+    __slots__ = ("strategy_items", "strategy_offsets", "counts", "max_sequence_length", "max_sequences_per_pack",
+                 "method", "lower_bound", "info", "bound", "status", "message", "_dense")
+
+    def __init__(self, strategies, counts, max_sequence_length, max_sequences_per_pack=None, method="",
+                 lower_bound=None, info=None, bound=None, status=0, message=""):
+        L = as_positive_int(max_sequence_length, "max_sequence_length")
+        s = _as_strategies(strategies)
+        c = as_int_array(counts, "counts", minimum=0)
         if s.shape[0] != c.shape[0]:
             raise ValueError(f"strategies has {s.shape[0]} rows but counts has {c.shape[0]} entries: give one count per strategy")
         if s.size and ((s < 0).any() or (s > L).any() or (s.sum(axis=1) > L).any()):
             raise ValueError("every strategy must hold lengths in [1, max_sequence_length] summing to at most it (0 pads a row)")
-        per_row = (s > 0).sum(axis=1)
-        check_total(exact_sum(c), "counts", "number of packs")
-        check_total(exact_sum(c, per_row), "counts", "number of sequences")
-        check_total(exact_sum(c, s.sum(axis=1)), "counts", "number of tokens")
-        s, c = _canonical_plan(s, c)
-        object.__setattr__(self, "max_sequences_per_pack", as_depth(self.max_sequences_per_pack))
-        if self.lower_bound is not None:
-            object.__setattr__(self, "lower_bound", as_nonnegative_int(self.lower_bound, "lower_bound", maximum=None))
-        if not isinstance(self.method, str):
-            raise TypeError(f"method must be a str, got {type(self.method).__name__}")
-        d = self.max_sequences_per_pack
-        if d is not None and s.shape[1] > d:
-            raise ValueError(f"a strategy holds {s.shape[1]} sequences > max_sequences_per_pack = {d}")
-        object.__setattr__(self, "strategies", readonly(s))
-        object.__setattr__(self, "counts", readonly(c))
-        object.__setattr__(self, "max_sequence_length", L)
+        offsets = np.arange(0, s.size + 1, max(s.shape[1], 1), dtype=np.int64)[: s.shape[0] + 1]
+        self._init(np.ascontiguousarray(s).reshape(-1), offsets, c, L, max_sequences_per_pack, method, lower_bound,
+                   info, bound, status, message)
+
+    @classmethod
+    def from_ragged(cls, items, offsets, counts, max_sequence_length, max_sequences_per_pack=None, **kwargs):
+        """A plan from strategies in CSR form: strategy ``s`` is ``items[offsets[s]:offsets[s + 1]]``
+        (any order within a strategy; zeros are ignored), used ``counts[s]`` times.
+
+        Parameters
+        ----------
+        items, offsets, counts : array_like of int
+        max_sequence_length : int
+        max_sequences_per_pack : int or None, default None
+        **kwargs
+            ``method``, ``lower_bound``, ``info``, ``bound``, ``status``, ``message``, as for
+            the constructor.
+
+        Examples
+        --------
+        >>> PackingPlan.from_ragged([5, 1, 6], [0, 2, 3], [2, 1], 6).strategies.tolist()
+        [[6, 0], [5, 1]]
+        """
+        L = as_positive_int(max_sequence_length, "max_sequence_length")
+        it = as_int_array(items, "items", minimum=0, maximum=L)
+        off = as_int_array(offsets, "offsets", allow_empty=False)
+        c = as_int_array(counts, "counts", minimum=0)
+        if off[0] != 0 or off[-1] != it.size or (np.diff(off) < 0).any() or off.size != c.size + 1:
+            raise ValueError(f"offsets must run from 0 to len(items) = {it.size}, non-decreasing, with one more "
+                             f"entry than counts ({c.size})")
+        csum = np.concatenate(([0], np.cumsum(it)))
+        if c.size and (csum[off[1:]] - csum[off[:-1]] > L).any():
+            raise ValueError("every strategy must hold lengths in [1, max_sequence_length] summing to at most it")
+        self = object.__new__(cls)
+        self._init(it, off, c, L, max_sequences_per_pack, **kwargs)
+        return self
+
+    def _init(self, items, offsets, counts, L, depth, method="", lower_bound=None, info=None, bound=None, status=0,
+              message=""):
+        from ._kernels.csr import canonical_rows
+
+        sizes = np.diff(offsets)
+        row_of = np.repeat(np.arange(counts.size), sizes)
+        nonzero = items > 0
+        per_row = np.bincount(row_of[nonzero], minlength=counts.size).astype(np.int64)
+        tokens = np.bincount(row_of, weights=items, minlength=counts.size).astype(np.int64) if items.size else per_row
+        check_total(exact_sum(counts), "counts", "number of packs")
+        check_total(exact_sum(counts, per_row), "counts", "number of sequences")
+        check_total(exact_sum(counts, tokens), "counts", "number of tokens")
+        it, off, c = canonical_rows(np.ascontiguousarray(items, dtype=np.int64), offsets, counts)
+        depth = as_depth(depth)
+        if lower_bound is not None:
+            lower_bound = as_nonnegative_int(lower_bound, "lower_bound", maximum=None)
+        if not isinstance(method, str):
+            raise TypeError(f"method must be a str, got {type(method).__name__}")
+        widest = int(np.diff(off).max()) if c.size else 0
+        if depth is not None and widest > depth:
+            raise ValueError(f"a strategy holds {widest} sequences > max_sequences_per_pack = {depth}")
+        for name, value in (("strategy_items", readonly(it)), ("strategy_offsets", readonly(off)),
+                            ("counts", readonly(c)), ("max_sequence_length", L), ("max_sequences_per_pack", depth),
+                            ("method", method), ("lower_bound", lower_bound), ("info", {} if info is None else info),
+                            ("bound", bound), ("status", status), ("message", message), ("_dense", None)):
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"PackingPlan is read-only: cannot set {name!r}")
+
+    def __reduce__(self):
+        kwargs = {k: getattr(self, k) for k in ("method", "lower_bound", "info", "bound", "status", "message")}
+        return (_from_ragged, (self.strategy_items, self.strategy_offsets, self.counts, self.max_sequence_length,
+                               self.max_sequences_per_pack, kwargs))
+
+    @property
+    def strategies(self) -> np.ndarray:
+        """The strategies as a zero-padded ``(S, widest)`` array (built on first use)."""
+        if self._dense is None:
+            sizes = np.diff(self.strategy_offsets)
+            dense = np.zeros((self.counts.size, self.max_pack_size), dtype=np.int64)
+            rows = np.repeat(np.arange(self.counts.size), sizes)
+            cols = np.arange(self.strategy_items.size) - np.repeat(self.strategy_offsets[:-1], sizes)
+            dense[rows, cols] = self.strategy_items
+            object.__setattr__(self, "_dense", readonly(dense))
+        return self._dense
+
+    def strategy(self, s: int) -> np.ndarray:
+        """The lengths of strategy ``s`` (descending).
+
+        Parameters
+        ----------
+        s : int
+        """
+        o = self.strategy_offsets
+        return self.strategy_items[o[s]:o[s + 1]]
+
+    def strategy_tokens(self) -> np.ndarray:
+        """Tokens of each strategy, int64 ``(S,)``."""
+        csum = np.concatenate(([0], np.cumsum(self.strategy_items)))
+        return csum[self.strategy_offsets[1:]] - csum[self.strategy_offsets[:-1]]
 
     # -- derived figures ---------------------------------------------------------------
     @property
@@ -107,11 +186,11 @@ class PackingPlan(_Figures):
 
     @property
     def num_sequences(self) -> int:
-        return int(((self.strategies > 0).sum(axis=1) * self.counts).sum())
+        return int((np.diff(self.strategy_offsets) * self.counts).sum())
 
     @property
     def num_tokens(self) -> int:
-        return int((self.strategies.sum(axis=1) * self.counts).sum())
+        return int((self.strategy_tokens() * self.counts).sum())
 
     @property
     def speedup(self) -> float:
@@ -137,7 +216,7 @@ class PackingPlan(_Figures):
     @property
     def max_pack_size(self) -> int:
         """The most sequences any pack of the plan holds (at most ``max_sequences_per_pack``)."""
-        return self.strategies.shape[1]
+        return int(np.diff(self.strategy_offsets).max()) if self.counts.size else 0
 
     @property
     def depth(self) -> int:
@@ -150,10 +229,8 @@ class PackingPlan(_Figures):
 
     def histogram(self) -> np.ndarray:
         """The length histogram this plan packs (int64, length ``L``)."""
-        flat = self.strategies.ravel()
-        weights = np.repeat(self.counts, self.strategies.shape[1])
-        keep = flat > 0
-        return _weighted_bincount(flat[keep] - 1, weights[keep], self.max_sequence_length)
+        weights = np.repeat(self.counts, np.diff(self.strategy_offsets))
+        return _weighted_bincount(self.strategy_items - 1, weights, self.max_sequence_length)
 
     # -- plan -> packs ------------------------------------------------------------------
     def assign(self, lengths, seed: int = 0) -> Packs:
@@ -194,7 +271,8 @@ class PackingPlan(_Figures):
                 f"lengths do not match the plan's histogram: {shown}{more}; "
                 "build the plan from histogram(lengths, max_sequence_length)"
             )
-        offsets, indices, out_lengths = assign_plan(self.strategies, self.counts, lengths, L, seed_to_int64(seed))
+        offsets, indices, out_lengths = assign_plan(self.strategy_items, self.strategy_offsets, self.counts, lengths, L,
+                                                    seed_to_int64(seed))
         return Packs._unchecked(offsets, indices, out_lengths, L, self.max_sequences_per_pack)
 
     # -- export -------------------------------------------------------------------------
@@ -207,7 +285,7 @@ class PackingPlan(_Figures):
         """
         k = as_nonnegative_int(k, "k")
         order = np.lexsort((np.arange(self.num_strategies), -self.counts))[:k]
-        return [([int(x) for x in self.strategies[i] if x], int(self.counts[i])) for i in order]
+        return [(self.strategy(i).tolist(), int(self.counts[i])) for i in order]
 
     def to_dict(self) -> dict:
         """A JSON-ready summary using the MLPerf BERT packing-metadata keys.
@@ -237,7 +315,7 @@ class PackingPlan(_Figures):
             "max_sequence_length": L,
             "max_sequences_per_pack": self.max_sequences_per_pack,
             "lower_bound": self.lower_bound,
-            "strategies": [[int(x) for x in row if x] for row in self.strategies],
+            "strategies": [self.strategy(i).tolist() for i in range(self.num_strategies)],
             "repeat_counts": self.counts.tolist(),
         }
         return d
@@ -260,10 +338,10 @@ class PackingPlan(_Figures):
         L = as_positive_int(d["max_sequence_length"], "max_sequence_length")
         depth = d.get("max_sequences_per_pack")
         depth = None if depth in (None, "max") else as_positive_int(depth, "max_sequences_per_pack")
-        strategies = _pad_rows(d["strategies"])
+        items, offsets = _ragged_rows(d["strategies"])
         method = d.get("method", d.get("algo", ""))
-        return cls(strategies, as_int_array(d["repeat_counts"], "repeat_counts"), L, depth,
-                   method=registry_name(method), lower_bound=d.get("lower_bound"))
+        return cls.from_ragged(items, offsets, as_int_array(d["repeat_counts"], "repeat_counts"), L, depth,
+                               method=registry_name(method), lower_bound=d.get("lower_bound"))
 
     def report(self, top: int = 5) -> str:
         """The packing report: efficiency, speed-up against its limit, top strategies.
@@ -315,7 +393,22 @@ class PackingPlan(_Figures):
         return plot_plan(self, ax=ax, **kwargs)
 
 
-PackingPlan.__module__ = "packlib"  # pickles and reprs name the public path, which never moves
+PackingPlan.__module__ = "packlib"  # reprs name the public path, which never moves
+
+
+def _from_ragged(items, offsets, counts, L, depth, kwargs):
+    """Unpickle a plan (stored raggedly)."""
+    return PackingPlan.from_ragged(items, offsets, counts, L, depth, **kwargs)
+
+
+def _ragged_rows(rows) -> tuple[np.ndarray, np.ndarray]:
+    """A list of lists of lengths as CSR ``(items, offsets)``, exact integers only."""
+    if isinstance(rows, (str, bytes)) or not hasattr(rows, "__iter__"):
+        raise TypeError(f"strategies must be a list of lists of lengths, got {type(rows).__name__}")
+    rows = [as_int_array(r, f"strategies[{k}]", minimum=0) for k, r in enumerate(rows)]
+    sizes = np.array([r.size for r in rows], dtype=np.int64)
+    items = np.concatenate(rows) if rows else np.zeros(0, np.int64)
+    return items, np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
 
 
 def _weighted_bincount(values: np.ndarray, weights: np.ndarray, size: int) -> np.ndarray:

@@ -32,7 +32,6 @@ Schedule(93 steps x 4 ranks x 2 micro-batches, 3,970 samples, 30 dropped, balanc
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Iterator
 

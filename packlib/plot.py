@@ -95,7 +95,7 @@ def plan(plan, ax=None, *, log: bool | None = None):
     ax = _axes(ax)
     h = plan.histogram()
     L = plan.max_sequence_length
-    fill = plan.strategies.sum(axis=1)
+    fill = plan.strategy_tokens()
     packed = np.bincount(fill - 1, weights=plan.counts, minlength=L)[:L] if plan.num_strategies else np.zeros(L)
     x = np.arange(1, L + 1)
     ax.bar(x, h, width=1.0, alpha=0.6, linewidth=0, label=f"sequence lengths ({plan.num_sequences:,})")

@@ -6,8 +6,9 @@ from .rng import shuffle_range, stream_seed
 
 
 @jit
-def assign_plan(strategies, counts, lengths, L, seed):
-    """Fill the plan's packs (in plan order) with sample ids.
+def assign_plan(items, offsets, counts, lengths, L, seed):
+    """Fill the plan's packs (in plan order) with sample ids; strategy ``s`` is
+    ``items[offsets[s]:offsets[s + 1]]`` (CSR: wide plans take no more room than their items).
 
     Samples of each length are taken in a random order drawn from ``seed`` (one independent
     stream per length, so adding samples of one length never changes the others). The
@@ -35,32 +36,26 @@ def assign_plan(strategies, counts, lengths, L, seed):
     n_packs = 0
     for s in range(counts.size):
         n_packs += counts[s]
-    offsets = np.empty(n_packs + 1, np.int64)
-    offsets[0] = 0
+    pack_offsets = np.empty(n_packs + 1, np.int64)
+    pack_offsets[0] = 0
     indices = np.empty(n, np.int64)
     cursor[:] = starts
     t = 0
     p = 0
-    width = strategies.shape[1]
     for s in range(counts.size):
         for _ in range(counts[s]):
-            for j in range(width):
-                l = strategies[s, j]
-                if l == 0:
-                    break
+            for j in range(offsets[s], offsets[s + 1]):
+                l = items[j]
                 indices[t] = by_length[cursor[l]]
                 cursor[l] += 1
                 t += 1
             p += 1
-            offsets[p] = t
+            pack_offsets[p] = t
     # second pass: the lengths in plan order overwrite the scratch
     t = 0
     for s in range(counts.size):
         for _ in range(counts[s]):
-            for j in range(width):
-                l = strategies[s, j]
-                if l == 0:
-                    break
-                by_length[t] = l
+            for j in range(offsets[s], offsets[s + 1]):
+                by_length[t] = items[j]
                 t += 1
-    return offsets, indices, by_length
+    return pack_offsets, indices, by_length

@@ -43,3 +43,115 @@ def csr_from_assignment(order, pack_of, n_packs):
         indices[cursor[p]] = order[k]
         cursor[p] += 1
     return offsets, indices
+
+
+@jit
+def _row_less(items, offsets, a, b):
+    """Row ``a`` before row ``b`` in lexicographically descending order (a longer row
+    first when one is a prefix of the other)."""
+    i, j = offsets[a], offsets[b]
+    ea, eb = offsets[a + 1], offsets[b + 1]
+    while i < ea and j < eb:
+        if items[i] != items[j]:
+            return items[i] > items[j]
+        i += 1
+        j += 1
+    return (ea - offsets[a]) > (eb - offsets[b])
+
+
+@jit
+def _rows_equal(items, offsets, a, b):
+    if offsets[a + 1] - offsets[a] != offsets[b + 1] - offsets[b]:
+        return False
+    for k in range(offsets[a + 1] - offsets[a]):
+        if items[offsets[a] + k] != items[offsets[b] + k]:
+            return False
+    return True
+
+
+@jit
+def _merge_sort_rows(items, offsets, order, tmp, lo, hi):
+    """Stable merge sort of ``order[lo:hi]`` by :func:`_row_less` (iterative, bottom-up)."""
+    n = hi - lo
+    width = 1
+    src, dst = order, tmp
+    while width < n:
+        for start in range(lo, hi, 2 * width):
+            mid = min(start + width, hi)
+            end = min(start + 2 * width, hi)
+            i, j, k = start, mid, start
+            while i < mid and j < end:
+                if _row_less(items, offsets, src[j], src[i]):
+                    dst[k] = src[j]
+                    j += 1
+                else:
+                    dst[k] = src[i]
+                    i += 1
+                k += 1
+            while i < mid:
+                dst[k] = src[i]
+                i += 1
+                k += 1
+            while j < end:
+                dst[k] = src[j]
+                j += 1
+                k += 1
+        src, dst = dst, src
+        width *= 2
+    if src is not order:
+        order[lo:hi] = src[lo:hi]
+
+
+@jit
+def canonical_rows(items, offsets, counts):
+    """A plan in its one form: each row's non-zero entries descending, rows with a zero
+    count or no entries dropped, equal rows merged (counts added), rows in lexicographically
+    descending order. CSR in (``items``, ``offsets``), CSR out ``(items, offsets, counts)``."""
+    S = counts.size
+    keep = np.zeros(S, np.bool_)
+    sizes = np.zeros(S, np.int64)
+    for s in range(S):
+        for k in range(offsets[s], offsets[s + 1]):
+            if items[k] > 0:
+                sizes[s] += 1
+        keep[s] = counts[s] > 0 and sizes[s] > 0
+    n_rows = 0
+    total = 0
+    for s in range(S):
+        if keep[s]:
+            n_rows += 1
+            total += sizes[s]
+    rows = np.empty(total, np.int64)
+    off = np.zeros(n_rows + 1, np.int64)
+    cnt = np.empty(n_rows, np.int64)
+    r = 0
+    for s in range(S):
+        if not keep[s]:
+            continue
+        t = off[r]
+        for k in range(offsets[s], offsets[s + 1]):
+            if items[k] > 0:
+                rows[t] = items[k]
+                t += 1
+        rows[off[r]:t] = -np.sort(-rows[off[r]:t])
+        off[r + 1] = t
+        cnt[r] = counts[s]
+        r += 1
+    order = np.arange(n_rows)
+    _merge_sort_rows(rows, off, order, np.empty(n_rows, np.int64), 0, n_rows)
+    out_items = np.empty(total, np.int64)
+    out_off = np.zeros(n_rows + 1, np.int64)
+    out_cnt = np.zeros(n_rows, np.int64)
+    m = -1
+    for q in range(n_rows):
+        s = order[q]
+        if m >= 0 and _rows_equal(rows, off, s, order[q - 1]):
+            out_cnt[m] += cnt[s]
+            continue
+        m += 1
+        size = off[s + 1] - off[s]
+        out_items[out_off[m]:out_off[m] + size] = rows[off[s]:off[s + 1]]
+        out_off[m + 1] = out_off[m] + size
+        out_cnt[m] = cnt[s]
+    m += 1
+    return out_items[:out_off[m]].copy(), out_off[:m + 1].copy(), out_cnt[:m].copy()

@@ -47,7 +47,7 @@ from ..packing import _histogram_args, histogram_signature
 from . import _tuning
 from ._certificates import _l2_certificate, _simple_bounds, _verified
 from ._results import Certificate, LowerBound
-from ._solver import _Solver
+from ._solver import _dense_to_csr, _Solver
 
 __all__ = ["Certificate", "LowerBound", "lower_bound", "optimal_pack"]
 
@@ -211,12 +211,13 @@ def _optimal(h: np.ndarray, L: int, depth: int | None, *, time_limit: float | No
 def _best_plan(solver, found, lb, h, L, user_depth, t0) -> PackingPlan:
     """The best of the heuristics' plans and the LP rounding's, with its proof and status."""
     source, best = min(solver.heuristics.items(), key=lambda kv: kv[1].num_packs)
-    strategies, counts = best.strategies, best.counts
+    items, offsets, counts = best.strategy_items, best.strategy_offsets, best.counts
     info = {}
     if source == "fill":
         info["fill"] = best.how  # which exact-fill variant
     if found is not None and found[0] < best.num_packs:
         _, strategies, counts, k = found
+        items, offsets = _dense_to_csr(np.asarray(strategies))
         source = "lp-rounding"
         info["rounding_slack"] = k
     info.update(
@@ -236,8 +237,8 @@ def _best_plan(solver, found, lb, h, L, user_depth, t0) -> PackingPlan:
         status, message = lb.status, f"{summary}; {lb.message}"
     else:
         status, message = 0, f"{summary}"
-    plan = PackingPlan(strategies, counts, L, user_depth, method="optimal", lower_bound=lb.bound, info=info,
-                       bound=lb, status=status, message=message)
+    plan = PackingPlan.from_ragged(items, offsets, counts, L, user_depth, method="optimal", lower_bound=lb.bound,
+                                   info=info, bound=lb, status=status, message=message)
     if not np.array_equal(plan.histogram(), h):  # pragma: no cover - internal consistency
         raise RuntimeError("optimal_pack built a plan that does not match the histogram; please report this")
     return plan

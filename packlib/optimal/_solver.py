@@ -44,20 +44,12 @@ def _long_context(h: np.ndarray, L: int, depth: int | None) -> bool:
 
 def _fill_plan(h: np.ndarray, L: int, depth: int | None):
     """The best of the exact-fill packings (see :func:`packlib._kernels.optimal.exact_fill`)
-    as ``(strategies, counts, how)``. With a depth limit the candidates are the
-    depth-aware fill, and the unlimited fill made to respect the limit by exchanges
+    as ``(items, offsets, counts, how)`` (CSR: wide packs at long context take the room of
+    their items). With a depth limit the candidates are the depth-aware fill, and the
+    unlimited fill made to respect the limit by exchanges
     (:func:`packlib._kernels.optimal.depth_repair`) with what no exchange fixed packed
     again."""
     from .._kernels.optimal import depth_repair, exact_fill
-
-    def as_rows(items, offsets, counts):
-        sizes = np.diff(offsets)
-        width = int(sizes.max()) if sizes.size else 1
-        strategies = np.zeros((counts.size, width), dtype=np.int64)
-        rows = np.repeat(np.arange(counts.size), sizes)
-        cols = np.arange(items.size) - np.repeat(offsets[:-1], sizes)
-        strategies[rows, cols] = items
-        return strategies, counts
 
     def best_fill(hist, D, modes):
         best = None
@@ -68,10 +60,10 @@ def _fill_plan(h: np.ndarray, L: int, depth: int | None):
         return best
 
     if depth is None:
-        (items, offsets, counts), mode = best_fill(h, 0, (2, 0))
-        return (*as_rows(items, offsets, counts), f"fill {mode}")
-    (items, offsets, counts), mode = best_fill(h, depth, (3, 2, 0, 4))
-    candidates = [(*as_rows(items, offsets, counts), f"fill {mode}")]
+        out, mode = best_fill(h, 0, (2, 0))
+        return (*out, f"fill {mode}")
+    out, mode = best_fill(h, depth, (3, 2, 0, 4))
+    candidates = [(*out, f"fill {mode}")]
     unlimited = exact_fill(h, L, 0, 2)
     if np.diff(unlimited[1]).max(initial=0) > depth:
         rows, cnt, residual = depth_repair(*unlimited, L, depth)
@@ -79,19 +71,22 @@ def _fill_plan(h: np.ndarray, L: int, depth: int | None):
         rows, cnt = rows[keep], cnt[keep]
         if rows.size and (rows[:, depth:] != 0).any():  # pragma: no cover - kernel invariant
             raise RuntimeError("depth_repair left a pack over the depth limit; please report this")
-        rows = rows[:, :depth]
+        items, offsets = _dense_to_csr(rows[:, :depth])
         if residual.any():
-            (items, offsets, counts), _ = best_fill(residual, depth, (3, 2, 0, 4))
-            rest, rest_counts = as_rows(items, offsets, counts)
-            width = max(rows.shape[1], rest.shape[1])
-            both = np.zeros((rows.shape[0] + rest.shape[0], width), np.int64)
-            both[: rows.shape[0], : rows.shape[1]] = rows
-            both[rows.shape[0] :, : rest.shape[1]] = rest
-            rows, cnt = both, np.concatenate([cnt, rest_counts])
-        candidates.append((rows, cnt, "fill 2 + exchanges"))
+            (r_items, r_offsets, r_counts), _ = best_fill(residual, depth, (3, 2, 0, 4))
+            items = np.concatenate([items, r_items])
+            offsets = np.concatenate([offsets, r_offsets[1:] + offsets[-1]])
+            cnt = np.concatenate([cnt, r_counts])
+        candidates.append((items, offsets, cnt, "fill 2 + exchanges"))
     else:
-        candidates.append((*as_rows(*unlimited), "fill 2"))
-    return min(candidates, key=lambda c: int(c[1].sum()))
+        candidates.append((*unlimited, "fill 2"))
+    return min(candidates, key=lambda c: int(c[2].sum()))
+
+
+def _dense_to_csr(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Zero-padded rows as CSR ``(items, offsets)``."""
+    nonzero = rows > 0
+    return rows[nonzero], np.concatenate(([0], np.cumsum(nonzero.sum(axis=1)))).astype(np.int64)
 
 
 # the heuristics run on the whole histogram, by registry name (arguments checked once by
@@ -100,11 +95,20 @@ _HEURISTICS = {"spfhp": _spfhp, "lpfhp": _lpfhp, "nnls": _nnls}
 
 
 class _Plan:
-    """Strategies and counts of a plan that is not (yet) a :class:`PackingPlan`."""
+    """Strategies (CSR) and counts of a plan that is not (yet) a :class:`PackingPlan`."""
 
-    def __init__(self, strategies, counts, how=""):
-        self.strategies, self.counts, self.how = strategies, counts, how
+    def __init__(self, items, offsets, counts, how=""):
+        self.strategy_items, self.strategy_offsets, self.counts, self.how = items, offsets, counts, how
         self.num_packs = int(counts.sum())
+
+    @property
+    def strategies(self) -> np.ndarray:
+        """Zero-padded rows (for the LP's patterns, which only run where packs are narrow)."""
+        sizes = np.diff(self.strategy_offsets)
+        dense = np.zeros((self.counts.size, int(sizes.max(initial=0))), dtype=np.int64)
+        dense[np.repeat(np.arange(sizes.size), sizes),
+              np.arange(self.strategy_items.size) - np.repeat(self.strategy_offsets[:-1], sizes)] = self.strategy_items
+        return dense
 
 
 class _Solver:
