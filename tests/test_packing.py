@@ -402,3 +402,50 @@ def test_docstring_examples():
     import packlib.packing
 
     assert doctest.testmod(packlib.packing).failed == 0
+
+
+def test_wide_plans_stay_ragged_in_every_consumer(tmp_path):
+    """Issue 22: a plan whose packs hold thousands of sequences is stored raggedly; assign,
+    the figures, repr, to_dict, pickling and the plots never build the dense strategies."""
+    import pickle
+
+    L = 131_072
+    items = np.concatenate([np.full(2497, 50), [L], [L - 7, 7], np.full(16, L // 16)])
+    offsets = np.array([0, 2497, 2498, 2500, 2516])
+    plan = packlib.PackingPlan.from_ragged(items, offsets, [3, 2, 5, 1], L, None, method="optimal")
+    assert plan.max_pack_size == 2497 and plan.num_strategies == 4
+    assert plan.num_sequences == 3 * 2497 + 2 + 10 + 16 and plan.num_tokens == plan.num_packs * L - 3 * (L - 2497 * 50)
+    lengths = np.repeat(np.arange(1, L + 1), plan.histogram())
+    packs = plan.assign(lengths, seed=1)
+    packs.validate(lengths.size)
+    assert packs.pack_sizes.max() == 2497
+    repr(plan), plan._repr_html_(), plan.report(), plan.top_strategies(2)
+    d = plan.to_dict()
+    again = packlib.PackingPlan.from_dict(d)
+    assert np.array_equal(again.strategy_items, plan.strategy_items) and np.array_equal(again.counts, plan.counts)
+    copy = pickle.loads(pickle.dumps(plan))
+    assert np.array_equal(copy.strategy_offsets, plan.strategy_offsets) and copy.method == "optimal"
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    packlib.plot.plan(plan)
+    for p in (plan, again, copy):
+        assert p._dense is None, "a consumer built the dense (types x widest) array"
+    assert plan.strategies.shape == (4, 2497)
+    assert plan.strategies[plan.counts.tolist().index(3)].tolist() == [50] * 2497
+
+
+def test_from_ragged_checks_its_input():
+    with pytest.raises(ValueError, match="offsets must run from 0"):
+        packlib.PackingPlan.from_ragged([3, 2], [0, 1], [1], 6)
+    with pytest.raises(ValueError, match="summing to at most it"):
+        packlib.PackingPlan.from_ragged([5, 4], [0, 2], [1], 6)
+    with pytest.raises(ValueError, match="items"):
+        packlib.PackingPlan.from_ragged([7], [0, 1], [1], 6)
+    with pytest.raises(ValueError, match="max_sequences_per_pack = 1"):
+        packlib.PackingPlan.from_ragged([3, 2], [0, 2], [1], 6, 1)
+    p = packlib.PackingPlan.from_ragged([2, 3, 3, 2, 6], [0, 2, 4, 5], [1, 2, 0], 6)
+    assert p.strategies.tolist() == [[3, 2]] and p.counts.tolist() == [3]  # merged, zero count dropped
+    with pytest.raises(AttributeError, match="read-only"):
+        p.counts = None
