@@ -290,7 +290,7 @@ def _balance(lens, L, depth, W, M, cost, window, seed, epoch, drop_last) -> Sche
     from ._kernels.balance import sequence_costs
     from ._kernels.rng import permutation
 
-    order = permutation(lens.size, seed_to_int64((seed + epoch * _GOLDEN) % 2**64))
+    order = permutation(lens.size, _epoch_seed(seed, epoch))
     costs = sequence_costs(lens, cost[0], cost[1])
     planner = _Planner(lens, costs, L, depth, W, M, window, seed, epoch)
     planner.run(order, drop_last)
@@ -308,7 +308,7 @@ class _Planner:
         self.mean_length = float(lens.sum()) / lens.size
         # samples scheduled so far minus tokens so far / mean length, across windows (the
         # seed's bit decides the side of the very first step)
-        self.deviation = 1e-9 if mix_bit(seed, epoch, 0) else -1e-9
+        self.deviation = 1e-9 if _seed_bit(seed, epoch) else -1e-9
 
     def run(self, order: np.ndarray, drop_last: bool) -> None:
         lens, rows_per_window = self.lens, self.window * self.W * self.M
@@ -405,9 +405,14 @@ def _keep_rows(offsets, idx, lens, n_rows):
     return (new_off, kept_items), carried
 
 
-def mix_bit(seed: int, epoch: int, window: int) -> int:
-    """One bit of the seed for window ``window`` of ``epoch`` (splitmix64 of the three)."""
-    z = (seed + (epoch + 1) * _GOLDEN + window * 0xBF58476D1CE4E5B9) % 2**64
+def _epoch_seed(seed: int, epoch: int):
+    """The seed of ``epoch``'s shuffle (the kernels' int64 form)."""
+    return seed_to_int64((seed + epoch * _GOLDEN) % 2**64)
+
+
+def _seed_bit(seed: int, epoch: int) -> int:
+    """One bit of ``(seed, epoch)`` (splitmix64's finaliser): which side the order starts on."""
+    z = (seed + (epoch + 1) * _GOLDEN) % 2**64
     z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) % 2**64
     z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) % 2**64
     return (z ^ (z >> 31)) & 1
@@ -436,7 +441,7 @@ def round_robin(lengths, max_sequence_length, max_sequences_per_pack=None, *, wo
     lens, L, depth, W, M, cost, _, seed, epoch, _ = _settings(lengths, max_sequence_length, max_sequences_per_pack,
                                                              world_size, micro_batches, cost, 1, seed, epoch, True)
     packs = _bfd(lens, L, depth)
-    packs = packs.take(permutation(packs.num_packs, seed_to_int64((seed + epoch * _GOLDEN) % 2**64)))
+    packs = packs.take(permutation(packs.num_packs, _epoch_seed(seed, epoch)))
     steps = packs.num_packs // (W * M)
     j = np.arange(steps * W * M)
     rank, local = j % W, j // W
