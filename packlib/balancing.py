@@ -46,6 +46,7 @@ from ._validate import (
     as_nonnegative_int,
     as_positive_int,
     as_seed,
+    exact_sum,
     readonly,
     seed_to_int64,
 )
@@ -57,7 +58,9 @@ __all__ = ["balance", "Schedule", "transformer_cost", "round_robin"]
 #: benchmark's workloads), small enough that every tenth of an epoch keeps the epoch's mean
 #: length (within 1 % on the same workloads; docs/balance.md measures the trade-off).
 DEFAULT_WINDOW = 16
-_ROUNDS_PER_RANK = 8  # exchange rounds per step: this many times the ranks
+_ROUNDS_PER_RANK = 8  # exchange rounds per step: this many times the ranks ...
+_MAX_ROUNDS = 512  # ... up to this many (each round scans the step's sequences)
+_MAX_WINDOW_ROWS = 2**26  # rows of one window (window x world_size x micro_batches)
 _GOLDEN = 0x9E3779B97F4A7C15
 
 
@@ -232,18 +235,27 @@ def _as_cost(cost) -> tuple[float, float]:
 def _settings(lengths, max_sequence_length, max_sequences_per_pack, world_size, micro_batches, cost, window, seed,
               epoch, drop_last):
     """Every argument of :func:`balance`, checked once."""
+    from .packing import MAX_BFD_LENGTH
+
     L = as_positive_int(max_sequence_length, "max_sequence_length")
     lens = as_lengths(lengths, L)
     if lens.size == 0:
         raise ValueError("lengths is empty: give the length of every sample of the epoch")
+    if min(L, exact_sum(lens)) > MAX_BFD_LENGTH:
+        raise ValueError(f"max_sequence_length = {L:,} is above what balance supports ({MAX_BFD_LENGTH:,} tokens per "
+                         "row: its packer keeps one bucket per free-space value)")
     W = as_positive_int(world_size, "world_size", maximum=2**20)
     M = as_positive_int(micro_batches, "micro_batches", maximum=2**20)
     drop_last = as_bool(drop_last, "drop_last")
+    window = as_positive_int(window, "window", maximum=2**20)
+    if window * W * M > _MAX_WINDOW_ROWS:
+        raise ValueError(f"window x world_size x micro_batches = {window} x {W} x {M} rows per window is above the "
+                         f"supported {_MAX_WINDOW_ROWS:,}; use a smaller window")
     if drop_last and lens.size < W * M:
         raise ValueError(f"{lens.size:,} samples cannot fill one step of {W} ranks x {M} micro-batches with "
                          "drop_last=True; pass drop_last=False, or use fewer ranks or micro-batches")
-    return (lens, L, as_depth(max_sequences_per_pack), W, M, _as_cost(cost),
-            as_positive_int(window, "window", maximum=2**20), as_seed(seed), as_nonnegative_int(epoch, "epoch"), drop_last)
+    return (lens, L, as_depth(max_sequences_per_pack), W, M, _as_cost(cost), window, as_seed(seed),
+            as_nonnegative_int(epoch, "epoch"), drop_last)
 
 
 def balance(lengths, max_sequence_length, max_sequences_per_pack=None, *, world_size, micro_batches=1,
@@ -350,7 +362,7 @@ class _Planner:
         offsets, it = keep  # it: window positions of the kept items, in row order
         slot_off, slot_items, rank_cost = balance_window(offsets, lens[it], self.costs[ids[it]], n_rows, self.W,
                                                          self.M, self.L, 0 if self.depth is None else self.depth,
-                                                         _ROUNDS_PER_RANK * self.W)
+                                                         min(_ROUNDS_PER_RANK * self.W, _MAX_ROUNDS))
         steps = n_rows // step_rows
         # the window's steps in an order where every run of them keeps the window's mean
         # sequence length (steps of long and of short sequences alternate): any part of the

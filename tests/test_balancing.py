@@ -169,7 +169,15 @@ def test_transformer_cost():
     (dict(window=0), ValueError, "window must be >= 1"),
     (dict(epoch=-1), ValueError, "epoch must be >= 0"),
     (dict(drop_last="yes"), TypeError, "drop_last must be True or False"),
+    (dict(lengths=[2**40] * 4, max_sequence_length=2**41), ValueError, "above what balance supports"),
+    (dict(world_size=2**20, micro_batches=2**20), ValueError, "rows per window is above the supported"),
 ])
+
+
+def test_many_ranks_and_micro_batches_stay_fast():
+    """Dealing is O(M W log W) per step and the exchanges are capped: 65,536 ranks x 64."""
+    s = packlib.balance([5] * 10, 8, world_size=2**16, micro_batches=64, drop_last=False)
+    assert s.num_steps == 1 and s.packs.num_packs == 2**22 and s.num_samples == 10
 def test_bad_input(kwargs, error, match):
     args = dict(lengths=[1, 2, 3, 4, 5, 6, 7, 8], max_sequence_length=8, world_size=2)
     args.update(kwargs)

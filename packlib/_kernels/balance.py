@@ -50,18 +50,18 @@ def sequence_costs(lens, a, b):
 
 @jit
 def _deal(costs, rows, W, M, rank_of):
-    """Longest processing time first with ``M`` rows per rank: ``rows`` (cost descending)
-    to the least loaded rank that still has room. Fills ``rank_of[row]``."""
+    """Deal a step's rows (``M`` bands of ``W`` rows, each band cost-descending) to ranks,
+    one row of every band per rank: a band's costliest row to the least loaded rank so far,
+    its next to the next least loaded, and so on (longest processing time first, by band:
+    ``O(M W log W)``). Fills ``rank_of[row]``."""
     load = np.zeros(W, np.float64)
-    taken = np.zeros(W, np.int64)
-    for k in range(rows.size):
-        r_best = -1
-        for r in range(W):
-            if taken[r] < M and (r_best < 0 or load[r] < load[r_best]):
-                r_best = r
-        rank_of[rows[k]] = r_best
-        load[r_best] += costs[rows[k]]
-        taken[r_best] += 1
+    for band in range(M):
+        by_load = np.argsort(load, kind="mergesort")
+        for j in range(W):
+            row = rows[band * W + j]
+            r = by_load[j]
+            rank_of[row] = r
+            load[r] += costs[row]
 
 
 @jit
