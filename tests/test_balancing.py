@@ -173,16 +173,17 @@ def test_transformer_cost():
     (dict(world_size=2**20, micro_batches=2**20), ValueError, "rows per window is above the supported"),
 ])
 
-
-def test_many_ranks_and_micro_batches_stay_fast():
-    """Dealing is O(M W log W) per step and the exchanges are capped: 65,536 ranks x 64."""
-    s = packlib.balance([5] * 10, 8, world_size=2**16, micro_batches=64, drop_last=False)
-    assert s.num_steps == 1 and s.packs.num_packs == 2**22 and s.num_samples == 10
 def test_bad_input(kwargs, error, match):
     args = dict(lengths=[1, 2, 3, 4, 5, 6, 7, 8], max_sequence_length=8, world_size=2)
     args.update(kwargs)
     with pytest.raises(error, match=match):
         packlib.balance(args.pop("lengths"), args.pop("max_sequence_length"), **args)
+
+
+def test_many_ranks_and_micro_batches_stay_fast():
+    """Dealing is O(M W log W) per step and the exchanges are capped: 65,536 ranks x 64."""
+    s = packlib.balance([5] * 10, 8, world_size=2**16, micro_batches=64, drop_last=False)
+    assert s.num_steps == 1 and s.packs.num_packs == 2**22 and s.num_samples == 10
 
 
 # ------------------------------------------------------------------------------ the sampler
