@@ -76,7 +76,7 @@ class PackingPlan(_Figures):
             raise ValueError(f"strategies has {s.shape[0]} rows but counts has {c.shape[0]} entries: give one count per strategy")
         if s.size and ((s < 0).any() or (s > L).any() or (s.sum(axis=1) > L).any()):
             raise ValueError("every strategy must hold lengths in [1, max_sequence_length] summing to at most it (0 pads a row)")
-        offsets = np.arange(0, s.size + 1, max(s.shape[1], 1), dtype=np.int64)[: s.shape[0] + 1]
+        offsets = np.arange(s.shape[0] + 1, dtype=np.int64) * s.shape[1]
         self._init(np.ascontiguousarray(s).reshape(-1), offsets, c, L, max_sequences_per_pack, method, lower_bound,
                    info, bound, status, message)
 
@@ -152,12 +152,7 @@ class PackingPlan(_Figures):
     def strategies(self) -> np.ndarray:
         """The strategies as a zero-padded ``(S, widest)`` array (built on first use)."""
         if self._dense is None:
-            sizes = np.diff(self.strategy_offsets)
-            dense = np.zeros((self.counts.size, self.max_pack_size), dtype=np.int64)
-            rows = np.repeat(np.arange(self.counts.size), sizes)
-            cols = np.arange(self.strategy_items.size) - np.repeat(self.strategy_offsets[:-1], sizes)
-            dense[rows, cols] = self.strategy_items
-            object.__setattr__(self, "_dense", readonly(dense))
+            object.__setattr__(self, "_dense", readonly(csr_to_dense(self.strategy_items, self.strategy_offsets)))
         return self._dense
 
     def strategy(self, s: int) -> np.ndarray:
@@ -396,6 +391,14 @@ class PackingPlan(_Figures):
 PackingPlan.__module__ = "packlib"  # reprs name the public path, which never moves
 
 
+def csr_to_dense(items: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Rows in CSR form as a zero-padded ``(rows, widest)`` int64 array."""
+    sizes = np.diff(offsets)
+    dense = np.zeros((sizes.size, int(sizes.max(initial=0))), dtype=np.int64)
+    dense[np.repeat(np.arange(sizes.size), sizes), np.arange(items.size) - np.repeat(offsets[:-1], sizes)] = items
+    return dense
+
+
 def _from_ragged(items, offsets, counts, L, depth, kwargs):
     """Unpickle a plan (stored raggedly)."""
     return PackingPlan.from_ragged(items, offsets, counts, L, depth, **kwargs)
@@ -437,28 +440,3 @@ def _pad_rows(rows) -> np.ndarray:
     for i, r in enumerate(rows):
         out[i, : len(r)] = r
     return out
-
-
-def _canonical_plan(strategies: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Sort each row descending, trim empty columns, merge equal rows, drop zero counts, and
-    order rows by strategy (lexicographically descending) so equal plans are equal arrays."""
-    s = -np.sort(-strategies, axis=1) if strategies.size else strategies.reshape(strategies.shape[0], 0)
-    keep = counts > 0
-    if s.shape[1]:
-        keep &= s[:, 0] > 0
-    s, c = s[keep], counts[keep]
-    width = int((s > 0).sum(axis=1).max()) if s.shape[0] else 0
-    s = np.ascontiguousarray(s[:, :width])
-    if s.shape[0] == 0:
-        return np.zeros((0, width), dtype=np.int64), np.zeros(0, dtype=np.int64)
-    # lexicographically descending rows; equal rows become neighbours and are merged
-    order = np.lexsort(tuple(-s[:, j] for j in range(width - 1, -1, -1)))
-    s, c = s[order], c[order]
-    starts = np.flatnonzero(np.concatenate(([True], (s[1:] != s[:-1]).any(axis=1))))
-    return np.ascontiguousarray(s[starts]), np.add.reduceat(c, starts)
-
-
-# --------------------------------------------------------------------------------------
-# Public functions
-# --------------------------------------------------------------------------------------
-

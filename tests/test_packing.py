@@ -449,3 +449,5 @@ def test_from_ragged_checks_its_input():
     assert p.strategies.tolist() == [[3, 2]] and p.counts.tolist() == [3]  # merged, zero count dropped
     with pytest.raises(AttributeError, match="read-only"):
         p.counts = None
+    # the dense constructor, rows of width 0 included (no strategy left)
+    assert packlib.PackingPlan(np.zeros((3, 0), dtype=np.int64), [1, 1, 1], 8).num_strategies == 0

@@ -5,7 +5,7 @@ import time
 
 import numpy as np
 
-from .._plan import PackingPlan
+from .._plan import PackingPlan, csr_to_dense
 from ..packing import _lpfhp, _nnls, _spfhp
 from . import _tuning
 from ._certificates import (
@@ -104,11 +104,7 @@ class _Plan:
     @property
     def strategies(self) -> np.ndarray:
         """Zero-padded rows (for the LP's patterns, which only run where packs are narrow)."""
-        sizes = np.diff(self.strategy_offsets)
-        dense = np.zeros((self.counts.size, int(sizes.max(initial=0))), dtype=np.int64)
-        dense[np.repeat(np.arange(sizes.size), sizes),
-              np.arange(self.strategy_items.size) - np.repeat(self.strategy_offsets[:-1], sizes)] = self.strategy_items
-        return dense
+        return csr_to_dense(self.strategy_items, self.strategy_offsets)
 
 
 class _Solver:
