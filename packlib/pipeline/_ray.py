@@ -31,7 +31,9 @@ class RayEngine:
         ray = _import_ray()
         self._ray = ray
         self._started = False
+        self._reaper = None
         if not ray.is_initialized():
+            before = set(_descendants(os.getpid()))  # the caller's own children are not Ray's
             if address:
                 ray.init(address=address, log_to_driver=False)
             else:
@@ -41,11 +43,10 @@ class RayEngine:
                 ray.init(num_cpus=int(workers) if workers else None, include_dashboard=False, log_to_driver=False,
                          runtime_env={"env_vars": {"PYTHONPATH": path}})
             self._started = True
-            self._reaper = _start_reaper()
+            if not address:
+                self._reaper = _start_reaper(before)
         self.workers = int(ray.available_resources().get("CPU", 1)) if workers is None else int(workers)
         self._remote = None
-        self._reaper = getattr(self, "_reaper", None)
-        self._running = []  # the refs of the map in progress, cancelled if the run aborts
 
     def map(self, fn, tasks, desc: str, progress=None, unit: str = "task"):
         from ._tasks import run_in_worker
@@ -57,7 +58,6 @@ class RayEngine:
             self._remote = ray.remote(num_cpus=1, max_retries=2)(run_in_worker)
         tasks = list(tasks)
         refs = [self._remote.options(name=fn.__name__).remote(fn, *t) for t in tasks]
-        self._running = refs
         pending = list(refs)
         try:
             with progress_bar(len(refs), desc, progress, unit=unit) as bar:
@@ -78,17 +78,14 @@ class RayEngine:
                 ray.cancel(r, force=True)
             raise WorkerDied(f"a Ray worker died during {desc} and retries ran out ({type(exc).__name__}); "
                              "nothing was written") from None
+        except BaseException:  # interrupted (SIGINT, SIGTERM, SIGHUP): the run's tasks end with it
+            for r in pending:
+                ray.cancel(r, force=True)
+            raise
 
     def close(self, abort: bool = False) -> None:
-        """Cancel this run's tasks that are still running (``abort``) and stop the Ray
-        instance this engine started (a joined cluster keeps running)."""
-        if abort:
-            for ref in self._running:
-                try:
-                    self._ray.cancel(ref, force=True)
-                except Exception:  # noqa: BLE001 - finished or already gone
-                    pass
-        self._running = []
+        """Stop the Ray instance this engine started (a joined cluster keeps running); a
+        failed map has cancelled its own tasks already, so ``abort`` changes nothing here."""
         if self._reaper is not None:
             self._reaper.kill()  # the run ends in order: ray.shutdown() stops the local instance
             self._reaper.wait()
@@ -137,13 +134,14 @@ def _descendants(root: int) -> list[int]:
     return out
 
 
-def _start_reaper():
+def _start_reaper(before: set):
+    """The watcher of the local Ray instance's processes (those started since ``before``)."""
     import subprocess
     import sys
 
     if not hasattr(os, "pidfd_open"):
         return None
-    pids = _descendants(os.getpid())
+    pids = [p for p in _descendants(os.getpid()) if p not in before]
     if not pids:
         return None
     return subprocess.Popen([sys.executable, "-c", _REAPER, str(os.getpid()), *map(str, pids)],
