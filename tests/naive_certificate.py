@@ -12,6 +12,14 @@ copies of each length.
   can be swapped for it in any pack (so only the strictly rising prices matter), and
   lengths whose price per token is at most ``denominator / L`` can be priced by the tokens
   they fill (see :func:`check_fast`).
+
+A certificate with ``grid = K`` makes its claim on a grid of ``K`` units: each length ``l``
+is ``floor(l * K / L)`` units, its price must depend on its unit only (unit 0: price 0), and
+every pack of at most ``depth`` units of the present lengths adding up to at most ``K`` must
+be worth at most ``denominator``. Both checkers check exactly that (the same DP, over ``K``
+instead of ``L``); it implies the claim over tokens, because the units of lengths that add
+up to at most ``L`` add up to at most ``K`` (a sum of floors is at most the floor of the
+sum). The tests also check the claim over tokens directly on small inputs.
 """
 from __future__ import annotations
 
@@ -34,6 +42,28 @@ def _fields(cert):
     if depth is not None and int(depth) >= L:  # no pack holds more than L sequences
         depth = None
     return lengths, counts, prices, int(d["denominator"]), L, None if depth is None else int(depth)
+
+
+def _grid(cert):
+    grid = cert.get("grid") if isinstance(cert, dict) else getattr(cert, "grid", None)
+    return None if grid is None else int(grid)
+
+
+def grid_claim(lengths, prices, L, K, depth):
+    """The claim of a ``grid = K`` certificate as a plain one: ``(units, prices, K,
+    depth)``, the present units ``>= 1`` ascending and one price each. Raises
+    AssertionError if a price is not a function of the unit or unit 0 is priced."""
+    if not (1 <= K <= L):
+        raise AssertionError(f"grid {K} not in [1, L]")
+    per_unit = {}
+    for l, p in zip(lengths, prices):
+        u = l * K // L
+        if per_unit.setdefault(u, p) != p:
+            raise AssertionError(f"lengths of grid unit {u} have different prices")
+    if per_unit.get(0, 0) != 0:
+        raise AssertionError("lengths below one grid unit must be priced 0")
+    units = sorted(u for u in per_unit if u > 0)
+    return units, [per_unit[u] for u in units], K, None if depth is None or depth >= K else depth
 
 
 def _validate(lengths, counts, prices, den, L):
@@ -71,7 +101,10 @@ def certified_bound(cert) -> int:
     Raises AssertionError if it is invalid."""
     lengths, counts, prices, den, L, depth = _fields(cert)
     _validate(lengths, counts, prices, den, L)
-    v = best_pack_value(lengths, prices, L, depth)
+    if _grid(cert) is None:
+        v = best_pack_value(lengths, prices, L, depth)
+    else:  # the claim on the grid
+        v = best_pack_value(*grid_claim(lengths, prices, L, _grid(cert), depth))
     if v > den:
         raise AssertionError(f"a pack is worth {v} > denominator {den}")
     return -(-sum(c * p for c, p in zip(counts, prices)) // den)
@@ -179,8 +212,11 @@ def check_fast(cert, histogram=None) -> int:
     _validate(lengths, counts, prices, den, L)
     if histogram is not None:
         _check_histogram(cert, histogram)
-    lens = np.asarray(lengths, dtype=np.int64)
-    pr = np.asarray(prices, dtype=np.int64)
+    claim_lengths, claim_prices = lengths, prices
+    if _grid(cert) is not None:
+        claim_lengths, claim_prices, L, depth = grid_claim(lengths, prices, L, _grid(cert), depth)
+    lens = np.asarray(claim_lengths, dtype=np.int64)
+    pr = np.asarray(claim_prices, dtype=np.int64)
     if not _split_check(lens, pr, L, den):
         # not proven without the depth limit: the exact DP with it decides
         v = best_pack_value_fast(lens, pr, L, depth)
@@ -192,12 +228,19 @@ def check_fast(cert, histogram=None) -> int:
 
 def broken(cert, index=None):
     """A copy of ``cert`` (as a dict) with one price raised by one above what is valid:
-    the best pack's value then exceeds the denominator."""
+    the best pack's value then exceeds the denominator. On a grid, every length of that
+    length's unit is raised (so the prices stay a function of the unit, and it is the
+    claim that fails, not the form)."""
     lengths, counts, prices, den, L, depth = _fields(cert)
-    v = best_pack_value(lengths, prices, L, depth) if L <= 4096 else best_pack_value_fast(lengths, prices, L, depth)
+    grid = _grid(cert)
+    claim = (lengths, prices, L, depth) if grid is None else grid_claim(lengths, prices, L, grid, depth)
+    v = best_pack_value(*claim) if claim[2] <= 4096 else best_pack_value_fast(*claim)
     prices = list(prices)
     if index is None:  # the longest length that fits: a pack of it alone gains the raise
         index = len(lengths) - 1
-    prices[index] += den - v + 1 if v <= den else 1
+    raise_by = den - v + 1 if v <= den else 1
+    same = [index] if grid is None else [i for i, l in enumerate(lengths) if l * grid // L == lengths[index] * grid // L]
+    for i in same:
+        prices[i] += raise_by
     return {"lengths": lengths, "counts": counts, "prices": prices, "denominator": den,
-            "max_sequence_length": L, "max_sequences_per_pack": depth}
+            "max_sequence_length": L, "max_sequences_per_pack": depth, "grid": grid}

@@ -38,6 +38,7 @@ plan comes from the exact-fill packer (:func:`packlib._kernels.optimal.exact_fil
 """
 from __future__ import annotations
 
+import math
 import time
 
 import numpy as np
@@ -45,9 +46,10 @@ import numpy as np
 from .._plan import PackingPlan
 from ..packing import _histogram_args, histogram_signature
 from . import _tuning
-from ._certificates import _l2_certificate, _simple_bounds, _verified
+from . import _relaxed
+from ._certificates import _best_certificate, _l2_certificate, _simple_bounds, _simple_certificates, _verified
 from ._results import Certificate, LowerBound
-from ._solver import _dense_to_csr, _Solver
+from ._solver import _dense_to_csr, _Plan, _Solver
 
 __all__ = ["Certificate", "LowerBound", "lower_bound", "optimal_pack"]
 
@@ -114,6 +116,9 @@ def _lower_bound(h: np.ndarray, L: int, depth: int | None) -> LowerBound:
     """:func:`lower_bound` of arguments already checked (``_histogram_args``)."""
     solver = _Solver(h, L, depth, None)
     if solver.long:
+        if solver.depth is not None:  # the grid LPs stop by the plans' gap: the same plans as optimal_pack
+            solver.run_heuristics(_greedy_names(h, L))
+            _close_depth_gap(solver)
         return solver.bound(lp=False)
     if h.any():
         solver.run_heuristics(("lpfhp", "spfhp"))
@@ -185,9 +190,9 @@ def _optimal(h: np.ndarray, L: int, depth: int | None, *, time_limit: float | No
     solver = _Solver(h, L, depth, None if time_limit is None else t0 + time_limit)
     user_depth, depth = depth, solver.depth
     long = solver.long
-    # SPFHP and LPFHP cost up to O(L**2 * depth): skipped at long context
-    few = np.count_nonzero(h) <= _tuning.LP_LENGTHS
-    solver.run_heuristics(("fill",) if L > 2 * _tuning.LONG_CONTEXT and not few else ("lpfhp", "spfhp", "fill"))
+    solver.run_heuristics(_greedy_names(h, L))
+    if long and solver.depth is not None:
+        _close_depth_gap(solver)
     trivial, large, card = _simple_bounds(h, L, user_depth)
     greedy_best = min(p.num_packs for p in solver.heuristics.values())
     # a greedy plan that meets a simple bound is optimal: no LP needed. Otherwise NNLSHP
@@ -208,13 +213,58 @@ def _optimal(h: np.ndarray, L: int, depth: int | None, *, time_limit: float | No
     return _best_plan(solver, found, lb, h, L, user_depth, t0)
 
 
+def _greedy_names(h: np.ndarray, L: int) -> tuple[str, ...]:
+    """The heuristics run first: SPFHP and LPFHP cost up to ``O(L**2 * depth)``, so above
+    ``L = 2048`` only the exact fill runs (unless few lengths are present)."""
+    few = np.count_nonzero(h) <= _tuning.LP_LENGTHS
+    return ("fill",) if L > 2 * _tuning.LONG_CONTEXT and not few else ("lpfhp", "spfhp", "fill")
+
+
+def _close_enough(packs: int, bound: int) -> bool:
+    """Within 0.01 % of the bound, or one pack."""
+    return packs - bound <= max(1, bound // 10_000)
+
+
+def _close_depth_gap(solver: _Solver) -> None:
+    """Long context with a depth limit: the slot bound, then the grid LPs (a bound from
+    the coarse histogram rounded down, a plan from it rounded up; see
+    :mod:`packlib.optimal._relaxed`) on grids of ``GRIDS`` units in turn, while the best
+    plan is not within 0.01 % (or one pack) of the best bound, the grid is affordable and
+    time is left. Adds to ``solver.extra_certificates`` and ``solver.heuristics["grid"]``.
+    Deterministic: the grids are fixed, and a side is skipped on a finer grid when the
+    last one predicts it cannot win (the two sides close in on the LP from below and
+    above; a grid twice as fine is taken to close a quarter of the distance between them)."""
+    h, L, depth = solver.h, solver.L, solver.depth
+    solver.extra_certificates.append(_relaxed.slot_certificate(h, L, depth))
+    base = _simple_certificates(h, L, depth) + [_verified(_l2_certificate(h, L, depth)[0])]
+    down = up = None  # the last grid's bound (ceiling of its LP) and plan-side LP value
+    for K in _relaxed.GRIDS:
+        K = min(K, L)
+        bound = _best_certificate(base + solver.extra_certificates).bound
+        packs = min(p.num_packs for p in solver.heuristics.values())
+        if _close_enough(packs, bound) or not _relaxed.grid_affordable(K, depth) or not solver.time_left():
+            break
+        solver.grids.append(K)
+        first = down is None or up is None or not math.isfinite(up)
+        if first or K == L or down + (up - down) / 4 > bound:
+            cert = _relaxed.grid_certificate(h, L, depth, K, solver.deadline)
+            solver.extra_certificates.append(cert)
+            down = 0 if cert is None else cert.bound
+        if (first or K == L or up - (up - down) / 4 < packs) and solver.time_left():
+            plan, up = _relaxed.grid_plan(h, L, depth, K, solver.deadline)
+            if plan is not None and plan[2].sum() < packs:
+                solver.heuristics["grid"] = _Plan(*plan, how=f"grid {K}")
+        if K == L:  # the grid is exact: a finer one adds nothing
+            break
+
+
 def _best_plan(solver, found, lb, h, L, user_depth, t0) -> PackingPlan:
     """The best of the heuristics' plans and the LP rounding's, with its proof and status."""
     source, best = min(solver.heuristics.items(), key=lambda kv: kv[1].num_packs)
     items, offsets, counts = best.strategy_items, best.strategy_offsets, best.counts
     info = {}
-    if source == "fill":
-        info["fill"] = best.how  # which exact-fill variant
+    if source in ("fill", "grid"):
+        info[source] = best.how  # which exact-fill variant, or grid
     if found is not None and found[0] < best.num_packs:
         _, strategies, counts, k = found
         items, offsets = _dense_to_csr(np.asarray(strategies))

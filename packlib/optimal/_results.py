@@ -19,6 +19,14 @@ class Certificate:
     Checking it is one knapsack DP over ``(sequences, tokens)``: see
     ``tests/naive_certificate.py`` for a plain-Python checker.
 
+    With ``grid = K`` (the bounds of a coarser histogram, at long context with a depth
+    limit) the prices depend only on ``floor(length * K / max_sequence_length)`` (``0``
+    there: price 0), and the claim is made, and can be checked, on that grid: every pack of
+    at most ``max_sequences_per_pack`` grid units ``floor(length * K / L)`` of the present
+    lengths that add up to at most ``K`` is worth at most ``denominator``. That implies the
+    claim above (the units of a pack that fits ``L`` tokens add up to at most ``K``), with a
+    DP over ``K`` instead of ``L`` tokens.
+
     Attributes
     ----------
     lengths : int64 array, shape ``(n,)``
@@ -31,6 +39,9 @@ class Certificate:
         ``0 < denominator <= 2**40``: the largest price sum of any pack.
     max_sequence_length : int
     max_sequences_per_pack : int or None
+    grid : int or None
+        ``K``: the prices are a function of ``floor(length * K / L)`` and the claim holds
+        on that grid (see above); ``None``: prices per length, claim over tokens.
     """
 
     lengths: np.ndarray
@@ -39,6 +50,7 @@ class Certificate:
     denominator: int
     max_sequence_length: int
     max_sequences_per_pack: int | None
+    grid: int | None = None
 
     @property
     def bound(self) -> int:
@@ -55,20 +67,22 @@ class Certificate:
             "denominator": int(self.denominator),
             "max_sequence_length": self.max_sequence_length,
             "max_sequences_per_pack": self.max_sequences_per_pack,
+            "grid": self.grid,
         }
 
     def __repr__(self) -> str:
-        return (f"Certificate({self.lengths.size:,} lengths, denominator {self.denominator:,}, "
+        grid = "" if self.grid is None else f", on a grid of {self.grid:,}"
+        return (f"Certificate({self.lengths.size:,} lengths, denominator {self.denominator:,}{grid}, "
                 f"bound {self.bound:,})")
 
 
-def _certificate(lengths, counts, prices, denominator, L, depth) -> Certificate:
+def _certificate(lengths, counts, prices, denominator, L, depth, grid=None) -> Certificate:
     ro = []
     for a in (lengths, counts, prices):
         a = np.array(a, dtype=np.int64)
         a.setflags(write=False)
         ro.append(a)
-    return Certificate(ro[0], ro[1], ro[2], int(denominator), int(L), depth)
+    return Certificate(ro[0], ro[1], ro[2], int(denominator), int(L), depth, None if grid is None else int(grid))
 
 
 @dataclass(frozen=True, repr=False)

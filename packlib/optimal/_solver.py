@@ -110,7 +110,7 @@ class _Plan:
 class _Solver:
     """State shared by :func:`lower_bound` and :func:`optimal_pack` for one input."""
 
-    def __init__(self, h, L, depth, deadline):
+    def __init__(self, h, L, depth, deadline, nnls=True):
         # a pack never holds more than L sequences: a larger limit is no limit
         self.user_depth = depth
         depth = None if depth is not None and depth >= L else depth
@@ -124,6 +124,9 @@ class _Solver:
         self.x = None
         self.stopped = False  # a step was skipped because the time limit was reached
         self.long = _long_context(h, L, self.depth)
+        self.nnls = nnls  # False: NNLSHP never seeds the LP (the grid LPs of _relaxed)
+        self.extra_certificates = []  # proven elsewhere (the grid and slot bounds)
+        self.grids = []  # grid sizes whose LPs ran (long context with a depth limit)
 
     def time_left(self) -> bool:
         if self.deadline is None or time.perf_counter() < self.deadline:
@@ -139,7 +142,8 @@ class _Solver:
                 continue
             if name == "fill":
                 self.heuristics[name] = _Plan(*_fill_plan(self.h, self.L, self.depth))
-            elif name != "nnls" or (self.time_left() and nnls_fits(self.L) and self.L <= _tuning.LONG_CONTEXT):
+            elif name != "nnls" or (self.nnls and self.time_left() and nnls_fits(self.L)
+                                    and self.L <= _tuning.LONG_CONTEXT):
                 # the greedy packers take milliseconds; NNLSHP only runs while time is left
                 self.heuristics[name] = _HEURISTICS[name](self.h, self.L, self.depth)
 
@@ -155,12 +159,13 @@ class _Solver:
         proven = False
         timed_out = False
         certs = _simple_certificates(h, L, depth) + [_verified(_l2_certificate(h, L, depth)[0])]
+        certs += self.extra_certificates
         if not h.any():
             lp_value, converged = 0.0, True
         if lp and h.any() and self.time_left():
             pool = _ColumnPool(self.width)
             pool.add(_initial_patterns(h, L, depth, self.caps, self.width, self.heuristics.values()))
-            master = _Master(h, L)
+            master = _Master(h, L, primal=not self.nnls)
             master.add(pool.rows)
             prices = []
 
@@ -199,6 +204,9 @@ class _Solver:
             if not lp and self.long:
                 message = ("long context: the bound comes from the L2 dual-feasible prices and the simple bounds "
                            "(the LP is not solved); it is proven")
+                if cert is not None and cert.grid is not None:
+                    message = (f"long context: the bound is the LP of the histogram on a grid of {cert.grid:,} "
+                               "units (its certificate is checked on that grid); it is proven")
             if proven:
                 message = "column generation stopped once the ceiling of the LP was proven; the bound is proven"
         elif timed_out:
@@ -215,7 +223,7 @@ class _Solver:
             cardinality_bound=card,
             max_sequence_length=L,
             max_sequences_per_pack=self.user_depth,
-            info={"rounds": rounds, "columns": columns, "seconds": time.perf_counter() - t0,
+            info={"rounds": rounds, "columns": columns, "seconds": time.perf_counter() - t0, "grids": list(self.grids),
                   "lp": ("ceiling proven" if proven else "solved") if converged and lp
                   else (("not solved (long context)" if self.long else "skipped") if not lp else "stopped early")},
             certificate=cert,

@@ -1,0 +1,144 @@
+"""Long context with a depth limit: the LP of a coarser histogram, on both sides of the truth.
+
+At ``L = 8k-128k`` the cutting-stock LP has one row per distinct length (up to ~10**5) and
+its pricing DP ``lengths * depth * L`` steps: too big. On a grid of ``K`` units (``K =
+1024, 2048``) it is the LP packlib solves below ``L = 1024``, and rounding each length
+to the grid gives both sides:
+
+- **down** (``floor(l * K / L)`` units, capacity ``K``): any pack that fits ``L`` tokens
+  fits ``K`` units (``sum floor <= floor sum``), so the coarse histogram needs at most as
+  many packs, and its LP bound, with each length priced by its unit, is a bound for the
+  real histogram. The certificate says so (``grid = K``) and is checked on the grid.
+- **up** (``ceil(l * K / L)`` units): any pack that fits ``K`` of these units fits ``L``
+  tokens, so the coarse LP, rounded to whole packs, is a plan for the real lengths (each
+  unit's longest lengths first); what the rounding leaves is packed by the exact fill.
+
+Between the two lies the true LP; the finer the grid, the closer they meet. The LP sees
+depth and tokens together, which neither the cardinality nor the L2 bound does.
+
+A third bound, the *slot* bound, costs nothing: a sequence of length ``l`` shares its pack
+with at most ``m(l) - 1`` others, where ``m(l) - 1`` is how many of the shortest length
+fit in ``L - l`` (at most ``depth - 1``); pricing it ``1 / m(l)`` makes no pack
+worth more than 1 (a pack of ``k`` sequences has every ``m >= k``).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ._certificates import _MAX_DENOMINATOR
+from ._results import Certificate, _certificate
+from ._solver import _dense_to_csr, _fill_plan, _Solver
+
+GRIDS = (1024, 2048, 4096)  # grid sizes tried in turn while the gap stays open (fixed: deterministic)
+GRID_WORK = 2e8  # ... a grid is skipped when its pricing DP takes more steps per round (units * (depth + 1) * K)
+
+
+def grid_affordable(K: int, depth: int) -> bool:
+    """Whether the LPs on a grid of ``K`` units are cheap enough (a few seconds each)."""
+    return K <= GRIDS[0] or K * (depth + 1) * K <= GRID_WORK
+
+
+def _units(L: int, K: int, up: bool) -> np.ndarray:
+    """The grid unit of each length ``1..L`` (int64)."""
+    lengths = np.arange(1, L + 1, dtype=np.int64)
+    return -(-lengths * K // L) if up else lengths * K // L
+
+
+def _coarse_histogram(h: np.ndarray, units: np.ndarray, K: int) -> np.ndarray:
+    """Sequences per unit ``1..K`` (unit 0 left out), exact int64."""
+    out = np.zeros(K + 1, dtype=np.int64)
+    np.add.at(out, units, h)
+    return out[1:]
+
+
+def _coarse_solver(hk: np.ndarray, K: int, depth: int, deadline):
+    """The LP of the coarse histogram, seeded by the greedy packers and the exact fill
+    (not NNLSHP: seconds at ``K = 1024``, and these seeds suffice)."""
+    solver = _Solver(hk, K, depth, deadline, nnls=False)
+    solver.run_heuristics(("lpfhp", "spfhp", "fill"))
+    return solver, solver.bound()
+
+
+def grid_certificate(h: np.ndarray, L: int, depth: int, K: int, deadline) -> Certificate | None:
+    """The coarse (down) LP's certificate, each length priced by its unit; verified on
+    the grid (:func:`verified_grid`)."""
+    units = _units(L, K, up=False)
+    hk = _coarse_histogram(h, units, K)
+    if not hk.any():
+        return None
+    _, lb = _coarse_solver(hk, K, depth, deadline)
+    c = lb.certificate
+    if c is None:  # pragma: no cover - the simple certificates always exist
+        return None
+    # a unit priced below a smaller present unit takes its price: a pack may swap the
+    # larger unit for the smaller one, so no pack gains (and the bound can only rise)
+    price_of = np.zeros(K + 1, dtype=np.int64)
+    price_of[c.lengths] = c.prices
+    price_of = np.maximum.accumulate(price_of)
+    lens = np.flatnonzero(h) + 1
+    prices = price_of[units[lens - 1]]
+    return verified_grid(_certificate(lens, h[lens - 1], prices, c.denominator, L, depth, grid=K))
+
+
+def verified_grid(cert: Certificate | None) -> Certificate | None:
+    """``cert`` (with a ``grid``) if its prices are a function of the unit and an exact DP
+    on the grid proves every pack of units worth at most its denominator, else None."""
+    from .._kernels.optimal import max_pack_value
+
+    if cert is None:
+        return None
+    K, L, D = cert.grid, cert.max_sequence_length, cert.max_sequences_per_pack
+    units = cert.lengths * K // L
+    sizes, first = np.unique(units, return_index=True)
+    price = cert.prices[first]
+    if (cert.prices != price[np.searchsorted(sizes, units)]).any() or (price[sizes == 0] != 0).any():
+        return None
+    keep = sizes > 0
+    value = int(max_pack_value(sizes[keep], price[keep], K, 0 if D is None or D >= K else D))
+    return cert if value <= cert.denominator else None
+
+
+def grid_plan(h: np.ndarray, L: int, depth: int, K: int, deadline):
+    """A plan from the coarse (up) LP rounded to whole packs, the rest by the exact fill:
+    ``((items, offsets, counts), lp_value)`` (CSR; the coarse LP's value bounds what a
+    rounding of it can reach) or ``(None, nan)``."""
+    from .._kernels.optimal import round_columns
+    from .._kernels.relaxed import expand_bucket_packs
+
+    units = _units(L, K, up=True)
+    hk = _coarse_histogram(h, units, K)
+    solver, lb = _coarse_solver(hk, K, depth, deadline)
+    if solver.x is None:
+        return None, float("nan")
+    rows, counts, _ = round_columns(solver.master.rows, np.floor(solver.x + 1e-9), hk)
+    b = np.arange(K + 1, dtype=np.int64)
+    lo, hi = (b - 1) * L // K + 1, b * L // K  # unit b holds lengths lo[b]..hi[b]
+    packs, pack_counts, rest = expand_bucket_packs(rows, counts, h, lo, hi)
+    keep = pack_counts > 0
+    items, offsets = _dense_to_csr(packs[keep])
+    pack_counts = pack_counts[keep]
+    if rest.any():
+        r_items, r_offsets, r_counts, _ = _fill_plan(rest, L, depth)
+        items = np.concatenate([items, r_items])
+        offsets = np.concatenate([offsets, r_offsets[1:] + offsets[-1]])
+        pack_counts = np.concatenate([pack_counts, r_counts])
+    return (items, offsets, pack_counts), lb.lp_value
+
+
+def slot_certificate(h: np.ndarray, L: int, depth: int) -> Certificate | None:
+    """The slot bound (module docs): a length ``l`` priced ``floor(2**40 / m(l))``; the
+    denominator is the exact best pack (a DP over at most ``depth`` distinct prices)."""
+    from .._kernels.optimal import max_pack_value
+
+    lens = np.flatnonzero(h) + 1
+    if not lens.size or depth is None:
+        return None
+    counts = h[lens - 1]
+    # the claim is over packs with any number of copies of each length, so the others in a
+    # pack of l are at least the shortest length each
+    m = 1 + np.minimum(depth - 1, (L - lens) // lens[0])
+    prices = _MAX_DENOMINATOR // m
+    den = int(max_pack_value(lens, prices, L, 0 if depth >= L else depth))
+    if den <= 0 or den > _MAX_DENOMINATOR:  # pragma: no cover - m(l) >= k on every pack of k
+        return None
+    return _certificate(lens, counts, prices, den, L, depth)
