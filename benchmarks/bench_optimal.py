@@ -2,15 +2,17 @@
 
     python benchmarks/bench_optimal.py            # full run (the depth-3 arc-flow baseline takes ~1 min)
     python benchmarks/bench_optimal.py --quick    # Wikipedia depth 3 only, arc-flow baseline at depth 2
-    python benchmarks/bench_optimal.py --long     # only the long-context rows (L = 8k-128k)
+    python benchmarks/bench_optimal.py --long     # only the long-context rows (L = 8k-128k, and 512 for reference)
     python benchmarks/bench_optimal.py --against DIR   # the split kernels vs another checkout's
 
-Long-context rows (issue 14): ``optimal_pack`` at L = 8,192 (3 M lognormal lengths,
-unlimited and depth 8), 32,768 (2 M, bimodal) and 131,072 (1 M, bimodal), each with its
-gap to the proven bound, its certificate verified by the independent numpy checker of
+Long-context rows (issues 14 and 22): ``optimal_pack`` at L = 8,192 (3 M lognormal lengths,
+unlimited and depth 8), 32,768 (2 M, bimodal) and 131,072 (1 M, bimodal); with depth limits
+that bind on many short documents beside long ones (8k at depths 3, 4 and 8, 32k at 16,
+128k at 64); Wikipedia and a SQuAD-like input at 512 for reference. Each with its gap to
+the proven bound, its certificate verified by the independent numpy checker of
 ``tests/naive_certificate.py`` (which imports nothing from packlib), the peak memory
-(tracemalloc, a separate call), and per-sequence best-fit decreasing on the same lengths
-as the baseline, in the same process.
+(tracemalloc, a separate call), and two baselines in the same process: the 0.3 route
+(exact fill, L2 and simple bounds) and per-sequence best-fit decreasing.
 
 Rows: for each input and depth, the packs and time of SPFHP, LPFHP, NNLSHP and
 ``optimal_pack`` (with each one's gap to the proven bound), and of ``lower_bound`` against a
@@ -107,24 +109,60 @@ def bimodal_histogram(L, n, seed=0, short_fraction=0.8):
     return np.bincount(lengths, minlength=L + 1)[1:]
 
 
+def mixed_histogram(L, n, short_fraction, seed=1):
+    """Issue 22's shape: many short documents beside long ones (:func:`bimodal_histogram`
+    with another seed and share of short ones)."""
+    return bimodal_histogram(L, n, seed=seed, short_fraction=short_fraction)
+
+
+def squad_like_histogram(n=88_000, seed=0):
+    """A SQuAD-1.1-like input at L = 512 (synthetic: no SQuAD histogram ships with packlib):
+    question + context windows, lognormal around 160 tokens (sigma 0.45), at least 24, and
+    the 384-token windows of long contexts cut with a document stride."""
+    x = np.random.default_rng(seed).lognormal(np.log(160), 0.45, n)
+    lengths = np.clip(np.rint(x), 24, 384).astype(np.int64)
+    return np.bincount(lengths, minlength=513)[1:]
+
+
 LONG_CASES = [  # (name, L, histogram factory, depth, goal in seconds)
     ("lognormal-8k, 3M", 8192, lambda: lognormal_histogram(8192, 3_000_000), None, 5.0),
     ("lognormal-8k, 3M", 8192, lambda: lognormal_histogram(8192, 3_000_000), 8, 10.0),
     ("bimodal-32k, 2M", 32768, lambda: bimodal_histogram(32768, 2_000_000), None, 20.0),
     ("bimodal-128k, 1M", 131072, lambda: bimodal_histogram(131072, 1_000_000), None, 60.0),
+    # issue 22: depth limits that bind, on many short documents beside long ones
+    ("mixed-8k 70%, 2M", 8192, lambda: mixed_histogram(8192, 2_000_000, 0.7), 4, 10.0),
+    ("mixed-8k 80%, 3M", 8192, lambda: mixed_histogram(8192, 3_000_000, 0.8), 8, 10.0),
+    ("mixed-8k 70%, 2M", 8192, lambda: mixed_histogram(8192, 2_000_000, 0.7), 3, 10.0),
+    ("mixed-32k 88%, 1.5M", 32768, lambda: mixed_histogram(32768, 1_500_000, 0.88), 16, 20.0),
+    ("mixed-128k 90%, 0.8M", 131072, lambda: mixed_histogram(131072, 800_000, 0.9), 64, 60.0),
+    ("wikipedia-512", 512, lambda: packlib.datasets.wikipedia_512(), 3, 5.0),
+    ("wikipedia-512", 512, lambda: packlib.datasets.wikipedia_512(), None, 5.0),
+    ("squad-like-512", 512, squad_like_histogram, 3, 5.0),
 ]
 
 
+def route_03(h, L, depth):
+    """The long-context route before the grid LPs (packlib 0.3), in this process: the best
+    exact fill, and the best of the simple and L2 bounds."""
+    from packlib.optimal._certificates import _best_certificate, _l2_certificate, _simple_certificates, _verified
+    from packlib.optimal._solver import _fill_plan
+
+    packs = int(_fill_plan(h, L, depth)[2].sum())
+    cert = _best_certificate(_simple_certificates(h, L, depth) + [_verified(_l2_certificate(h, L, depth)[0])])
+    return packs, cert.bound
+
+
 def long_context(repeat):
-    """The issue-14 rows: time, gap, independent certificate check, memory, BFD baseline."""
+    """The issue-14 and issue-22 rows: time, gap, independent certificate check, memory,
+    the 0.3 route and BFD as baselines."""
     import tracemalloc
 
     sys.path.insert(0, str(ROOT / "tests"))
     import naive_certificate  # noqa: E402  (independent of packlib)
 
-    print("long context (issue 14): optimal_pack vs per-sequence BFD on the same lengths")
-    print(f"{'input':<18} {'depth':>5} {'packs':>10} {'bound':>10} {'gap':>5} {'gap %':>8} {'time':>8} {'goal':>6} "
-          f"{'peak mem':>9} {'cert check':>11} {'BFD packs':>10} {'BFD time':>9} {'trivial':>10}")
+    print("long context: optimal_pack vs the 0.3 route (exact fill, L2 bound) and per-sequence BFD, same process")
+    print(f"{'input':<21} {'depth':>5} {'packs':>10} {'bound':>10} {'gap':>5} {'gap %':>8} {'time':>8} {'goal':>5} "
+          f"{'peak mem':>9} {'cert check':>11} {'0.3 packs':>10} {'0.3 bound':>10} {'BFD packs':>10} {'BFD time':>9}")
     for name, L, make, depth, goal in LONG_CASES:
         h = make()
         packlib.optimal_pack(h[:64], max_sequences_per_pack=depth)  # kernels loaded
@@ -133,23 +171,25 @@ def long_context(repeat):
         packlib.optimal_pack(h, max_sequences_per_pack=depth)
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
-        t_lb, lb = timed(lambda: packlib.lower_bound(h, max_sequences_per_pack=depth), repeat)
+        t_lb, lb = timed(lambda: packlib.lower_bound(h, max_sequences_per_pack=depth), 1)
         assert lb.bound == plan.lower_bound
         t0 = time.perf_counter()
         proven = naive_certificate.check_fast(plan.bound.certificate, h)
         t_check = time.perf_counter() - t0
         assert proven == plan.lower_bound, (proven, plan.lower_bound)
+        old_packs, old_bound = route_03(h, L, depth) if L > 1024 else (None, None)
         lengths = np.repeat(np.arange(1, L + 1), h)
         t_bfd, bfd = timed(lambda: packlib.bfd_pack(lengths, L, depth), 1)
-        trivial = -(-int((h * np.arange(1, L + 1)).sum()) // L)
         d = "max" if depth is None else str(depth)
         gap_pct = 100 * plan.gap / plan.lower_bound
-        print(f"{name:<18} {d:>5} {plan.num_packs:>10,} {plan.lower_bound:>10,} {plan.gap:>5,} {gap_pct:>7.4f}% "
-              f"{fmt(t_opt):>8} {goal:>5.0f}s {peak / 2**20:>7.0f} MB {fmt(t_check):>11} {len(bfd):>10,} "
-              f"{fmt(t_bfd):>9} {trivial:>10,}")
-        print(f"{'':<18} {'':>5} within 0.01 %: {'yes' if gap_pct <= 0.01 else 'NO'}; time goal: "
-              f"{'met' if t_opt <= goal else 'NOT met'}; optimal / BFD time {t_opt / t_bfd:.2f}x, "
-              f"BFD packs - optimal packs {len(bfd) - plan.num_packs:,}; lower_bound alone {fmt(t_lb)}; {plan.message}")
+        old = f"{old_packs:>10,} {old_bound:>10,}" if old_packs else f"{'-':>10} {'-':>10}"
+        print(f"{name:<21} {d:>5} {plan.num_packs:>10,} {plan.lower_bound:>10,} {plan.gap:>5,} {gap_pct:>7.4f}% "
+              f"{fmt(t_opt):>8} {goal:>4.0f}s {peak / 2**20:>7.0f} MB {fmt(t_check):>11} {old} {len(bfd):>10,} "
+              f"{fmt(t_bfd):>9}")
+        grid = plan.bound.info.get("grids") or "-"
+        print(f"{'':<21} {'':>5} within 0.01 % or 1 pack: {'yes' if plan.gap <= max(1, plan.lower_bound // 10_000) else 'NO'}; "
+              f"time goal: {'met' if t_opt <= goal else 'NOT met'}; source {plan.info['source']}, grids {grid}; "
+              f"lower_bound alone {fmt(t_lb)}; {plan.message}")
     print()
 
 

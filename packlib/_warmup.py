@@ -89,6 +89,9 @@ def _optimal():
     ho = np.array([5, 5, 2, 2, 2, 5, 0, 5, 0, 1, 3, 0, 3, 0, 3, 1, 3, 3], dtype=np.int64)
     lower_bound(ho, max_sequence_length=ho.size, max_sequences_per_pack=3)
     optimal_pack(ho, max_sequence_length=ho.size, max_sequences_per_pack=3)
+    from .optimal._relaxed import grid_plan  # the long-context route with a depth limit
+
+    grid_plan(ho, ho.size, 3, 6, None)
 
 
 def _blending():

@@ -228,18 +228,21 @@ def check_fast(cert, histogram=None) -> int:
 
 def broken(cert, index=None):
     """A copy of ``cert`` (as a dict) with one price raised by one above what is valid:
-    the best pack's value then exceeds the denominator. On a grid, every length of that
-    length's unit is raised (so the prices stay a function of the unit, and it is the
-    claim that fails, not the form)."""
+    the best pack holding that length is then worth ``denominator + 1``. On a grid, every
+    length of that length's unit is raised (so the prices stay a function of the unit, and
+    it is the claim that fails, not the form)."""
     lengths, counts, prices, den, L, depth = _fields(cert)
     grid = _grid(cert)
-    claim = (lengths, prices, L, depth) if grid is None else grid_claim(lengths, prices, L, grid, depth)
-    v = best_pack_value(*claim) if claim[2] <= 4096 else best_pack_value_fast(*claim)
-    prices = list(prices)
-    if index is None:  # the longest length that fits: a pack of it alone gains the raise
+    if index is None:  # the longest length
         index = len(lengths) - 1
-    raise_by = den - v + 1 if v <= den else 1
-    same = [index] if grid is None else [i for i, l in enumerate(lengths) if l * grid // L == lengths[index] * grid // L]
+    units, unit_prices, cap, d = (lengths, prices, L, depth) if grid is None else grid_claim(lengths, prices, L, grid, depth)
+    size = lengths[index] if grid is None else lengths[index] * grid // L
+    own = prices[index]
+    rest = 0 if d == 1 else (best_pack_value if cap <= 4096 else best_pack_value_fast)(
+        units, unit_prices, cap - size, None if d is None else d - 1)
+    raise_by = den - (own + rest) + 1 if own + rest <= den else 1
+    prices = list(prices)
+    same = [index] if grid is None else [i for i, l in enumerate(lengths) if l * grid // L == size]
     for i in same:
         prices[i] += raise_by
     return {"lengths": lengths, "counts": counts, "prices": prices, "denominator": den,

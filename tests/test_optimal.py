@@ -577,3 +577,147 @@ def mock_long_context():
     stack.enter_context(mock.patch.object(packlib.optimal._tuning, "LONG_CONTEXT", 0))
     stack.enter_context(mock.patch.object(packlib.optimal._tuning, "LP_LENGTHS", 0))
     return stack
+
+
+# ------------------------------------------- long context with a depth limit (grids)
+
+
+def _forced_long(grids=(3, 5, 8)):
+    """Patches that send tiny inputs down the long-context route, with tiny grids."""
+    from unittest import mock
+
+    import packlib.optimal
+
+    return [mock.patch.object(packlib.optimal._tuning, "LONG_CONTEXT", 0),
+            mock.patch.object(packlib.optimal._tuning, "LP_LENGTHS", 0),
+            mock.patch.object(packlib.optimal._relaxed, "GRIDS", grids)]
+
+
+@given(tiny_histograms(), st.integers(1, 6))
+@settings(max_examples=40, deadline=None)
+def test_grid_route_brackets_the_optimum(h, depth):
+    """Long context with a depth limit on tiny inputs, grids coarser than L: the plan is
+    valid, the bound proven (checked on its grid and, independently, over tokens)."""
+    from contextlib import ExitStack
+
+    with ExitStack() as stack:
+        for p in _forced_long():
+            stack.enter_context(p)
+        plan = packlib.optimal_pack(h, max_sequences_per_pack=depth)
+        lb = packlib.lower_bound(h, max_sequences_per_pack=depth)
+    check_plan(plan, h, depth)
+    assert lb.bound <= exact_optimum(h, depth) <= plan.num_packs and plan.lower_bound == lb.bound
+    if h.any():
+        cert = lb.certificate
+        assert naive_certificate.check(cert, h) == lb.bound
+        tokens = {**cert.to_dict(), "grid": None}  # the same prices, claimed over tokens
+        assert naive_certificate.check(tokens, h) == lb.bound
+
+
+@given(small_histograms(max_len=40, max_count=30), st.integers(1, 6), st.integers(1, 40), st.booleans())
+@settings(max_examples=60, deadline=None)
+def test_grid_certificate_holds_over_tokens_and_breaks(h, depth, K, up):
+    """Every grid certificate is valid on its grid and over tokens (the rounding lemma);
+    raising a unit's price past the best pack is rejected by both checkers."""
+    from packlib.optimal import _relaxed
+
+    L = len(h)
+    K = min(K, L)
+    cert = _relaxed.grid_certificate(h, L, depth, K, None)
+    if cert is None:
+        assert not h[(np.arange(1, L + 1) * K // L) > 0].any()
+        return
+    assert cert.grid == K and cert.bound <= exact_lp_ceiling(h, depth)
+    proven = naive_certificate.check(cert, h)
+    assert proven == cert.bound == naive_certificate.check_fast(cert, h)
+    assert naive_certificate.check({**cert.to_dict(), "grid": None}, h) == proven
+    bad = naive_certificate.broken(cert)
+    for checker in (naive_certificate.check, naive_certificate.check_fast):
+        with pytest.raises(AssertionError):
+            checker(bad)
+
+
+def exact_lp_ceiling(h, depth):
+    return math.ceil(exact_lp(h, depth) - 1e-7) if len(h) <= 12 or h.sum() == 0 else math.inf
+
+
+def test_grid_checker_rejects_prices_that_are_not_a_function_of_the_unit():
+    from packlib.optimal import _relaxed
+
+    h = np.zeros(40, np.int64)
+    h[[4, 5, 20, 33]] = [7, 3, 5, 2]
+    cert = _relaxed.grid_certificate(h, 40, 3, 8, None)
+    d = cert.to_dict()
+    i = d["lengths"].index(5)  # lengths 5 and 6 share unit 1 of 8
+    d["prices"][i] += 1
+    for checker in (naive_certificate.check, naive_certificate.check_fast):
+        with pytest.raises(AssertionError, match="different prices"):
+            checker(d)
+    assert _relaxed.verified_grid(packlib.Certificate(**{**{k: np.asarray(v) if isinstance(v, list) else v
+                                                              for k, v in d.items()}})) is None
+
+
+@given(small_histograms(max_len=60, max_count=40), st.integers(1, 8), st.integers(1, 60))
+@settings(max_examples=60, deadline=None)
+def test_grid_plan_holds_every_sequence_once(h, depth, K):
+    from packlib.optimal import _relaxed
+
+    L = len(h)
+    plan, _ = _relaxed.grid_plan(h, L, depth, min(K, L), None)
+    if plan is None:
+        assert not h.any()
+        return
+    p = PackingPlan.from_ragged(*plan, L, depth)
+    assert np.array_equal(p.histogram(), h)
+    assert (p.strategy_tokens() <= L).all() and np.diff(p.strategy_offsets).max() <= depth
+    assert p.num_packs >= packlib.lower_bound(h, max_sequences_per_pack=depth).bound
+
+
+def test_expand_bucket_packs_runs_and_mixed_packs():
+    """Each unit hands out its longest lengths first; identical packs come out as one row
+    with a count, and a pack whose slots of one unit need different lengths is one row."""
+    from packlib._kernels.relaxed import expand_bucket_packs
+
+    L, K = 12, 4  # unit b holds lengths 3b-2..3b
+    h = np.zeros(L, np.int64)
+    h[[5, 4, 2, 1]] = [3, 2, 4, 1]  # lengths 6 (x3), 5 (x2), 3 (x4), 2 (x1)
+    rows = np.array([[2, 2], [1, 0]], np.int64)  # twice two of unit 2; three times one of unit 1
+    counts = np.array([2, 3], np.int64)
+    b = np.arange(K + 1)
+    packs, pc, rest = expand_bucket_packs(rows, counts, h, (b - 1) * L // K + 1, b * L // K)
+    got = [(tuple(sorted(int(x) for x in r if x)), int(c)) for r, c in zip(packs, pc)]
+    assert got == [((6, 6), 1), ((5, 6), 1), ((3,), 3)]
+    assert rest.tolist() == [0, 1, 1, 0, 1] + [0] * 7  # one each of 2, 3 and 5 left
+
+
+def test_slot_bound_known_answer():
+    """Three sequences of length L fill a pack each; eight of length 1 need two packs of 4:
+    5 packs, which neither tokens (4) nor sequences / depth (3) prove."""
+    h = np.zeros(10, np.int64)
+    h[[9, 0]] = [3, 8]
+    from packlib.optimal import _relaxed
+
+    cert = _relaxed.slot_certificate(h, 10, 4)
+    assert cert.bound == 5 == naive_certificate.check(cert, h)
+    lb = packlib.lower_bound(h, max_sequences_per_pack=4)
+    assert lb.bound == 5
+
+
+def test_long_context_depth_limit_closes_the_gap():
+    """L = 4096, depth 4, 300 k lengths of which 70 % short: the cardinality bound is 5 %
+    below the optimum; the grid LPs close plan and bound to within 0.05 %."""
+    L = 4096
+    rng = np.random.default_rng(3)
+    n = 300_000
+    short = rng.lognormal(np.log(400), 0.9, int(0.7 * n))
+    long = rng.lognormal(np.log(L) - 1.0, 0.6, n - short.size)
+    h = np.bincount(np.clip(np.rint(np.concatenate([short, long])), 1, L).astype(np.int64), minlength=L + 1)[1:]
+    plan = packlib.optimal_pack(h, max_sequences_per_pack=4)
+    check_plan(plan, h, 4)
+    assert plan.lower_bound > -(-n // 4) * 1.04
+    assert plan.gap <= 5e-4 * plan.lower_bound, plan.message
+    assert plan.bound.info["grids"] and plan.info["source"] == "grid"
+    assert naive_certificate.check_fast(plan.bound.certificate, h) == plan.lower_bound
+    with pytest.raises(AssertionError):
+        naive_certificate.check_fast(naive_certificate.broken(plan.bound.certificate))
+    assert packlib.lower_bound(h, max_sequences_per_pack=4).bound == plan.lower_bound
