@@ -623,7 +623,7 @@ def test_grid_certificate_holds_over_tokens_and_breaks(h, depth, K, up):
 
     L = len(h)
     K = min(K, L)
-    cert = _relaxed.grid_certificate(h, L, depth, K, None)
+    cert, _ = _relaxed.grid_certificate(h, L, depth, K, None)
     if cert is None:
         assert not h[(np.arange(1, L + 1) * K // L) > 0].any()
         return
@@ -646,7 +646,7 @@ def test_grid_checker_rejects_prices_that_are_not_a_function_of_the_unit():
 
     h = np.zeros(40, np.int64)
     h[[4, 5, 20, 33]] = [7, 3, 5, 2]
-    cert = _relaxed.grid_certificate(h, 40, 3, 8, None)
+    cert, _ = _relaxed.grid_certificate(h, 40, 3, 8, None)
     d = cert.to_dict()
     i = d["lengths"].index(5)  # lengths 5 and 6 share unit 1 of 8
     d["prices"][i] += 1
@@ -663,7 +663,7 @@ def test_grid_plan_holds_every_sequence_once(h, depth, K):
     from packlib.optimal import _relaxed
 
     L = len(h)
-    plan, _ = _relaxed.grid_plan(h, L, depth, min(K, L), None)
+    plan, _, _ = _relaxed.grid_plan(h, L, depth, min(K, L), None)
     if plan is None:
         assert not h.any()
         return

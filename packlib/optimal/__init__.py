@@ -238,6 +238,7 @@ def _close_depth_gap(solver: _Solver) -> None:
     solver.extra_certificates.append(_relaxed.slot_certificate(h, L, depth))
     base = _simple_certificates(h, L, depth) + [_verified(_l2_certificate(h, L, depth)[0])]
     down = up = None  # the last grid's bound (ceiling of its LP) and plan-side LP value
+    last_down = last_up = None  # the last grid's LP patterns, to start the next from
     for K in _relaxed.GRIDS:
         K = min(K, L)
         bound = _best_certificate(base + solver.extra_certificates).bound
@@ -247,11 +248,11 @@ def _close_depth_gap(solver: _Solver) -> None:
         solver.grids.append(K)
         first = down is None or up is None or not math.isfinite(up)
         if first or K == L or down + (up - down) / 4 > bound:
-            cert = _relaxed.grid_certificate(h, L, depth, K, solver.deadline)
+            cert, last_down = _relaxed.grid_certificate(h, L, depth, K, solver.deadline, last_down)
             solver.extra_certificates.append(cert)
             down = 0 if cert is None else cert.bound
         if (first or K == L or up - (up - down) / 4 < packs) and solver.time_left():
-            plan, up = _relaxed.grid_plan(h, L, depth, K, solver.deadline)
+            plan, up, last_up = _relaxed.grid_plan(h, L, depth, K, solver.deadline, last_up)
             if plan is not None and plan[2].sum() < packs:
                 solver.heuristics["grid"] = _Plan(*plan, how=f"grid {K}")
         if K == L:  # the grid is exact: a finer one adds nothing

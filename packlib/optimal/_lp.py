@@ -143,17 +143,17 @@ class _Master:
         self.n_cols += S
         if self.highs is None or S == 0:
             return
-        starts, idx, val = [], [], []
-        for r in rows:
-            starts.append(len(idx))
-            ls, ks = np.unique(r[r > 0], return_counts=True)
-            for l, k in zip(ls, ks):
-                i = self.row_of[l]
-                if i >= 0:
-                    idx.append(i)
-                    val.append(float(k))
-        self.highs.addCols(S, np.ones(S), np.zeros(S), np.full(S, self._inf), len(idx),
-                           np.array(starts, np.int32), np.array(idx, np.int32), np.array(val, np.float64))
+        # one entry per (pattern, length): the copies of the length in the pattern
+        col = np.repeat(np.arange(S, dtype=np.int64), W)
+        flat = rows.ravel()
+        key = col[flat > 0] * (self.L + 1) + flat[flat > 0]
+        key, copies = np.unique(key, return_counts=True)  # sorted by pattern, then length
+        col, row = key // (self.L + 1), self.row_of[key % (self.L + 1)]
+        keep = row >= 0
+        col, row, copies = col[keep], row[keep], copies[keep]
+        starts = np.searchsorted(col, np.arange(S))
+        self.highs.addCols(S, np.ones(S), np.zeros(S), np.full(S, self._inf), int(row.size),
+                           starts.astype(np.int32), row.astype(np.int32), copies.astype(np.float64))
 
     def solve(self):
         """Returns ``(x, value, y)``: pattern multiplicities, LP value, and the duals as

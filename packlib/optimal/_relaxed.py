@@ -51,25 +51,55 @@ def _coarse_histogram(h: np.ndarray, units: np.ndarray, K: int) -> np.ndarray:
     return out[1:]
 
 
-def _coarse_solver(hk: np.ndarray, K: int, depth: int, deadline):
-    """The LP of the coarse histogram, seeded by the greedy packers and the exact fill
-    (not NNLSHP: seconds at ``K = 1024``, and these seeds suffice)."""
+def _coarse_solver(hk: np.ndarray, K: int, depth: int, deadline, seeds=None):
+    """The LP of the coarse histogram, seeded by the greedy packers, the exact fill and
+    ``seeds`` (patterns of units; not NNLSHP: seconds at ``K = 1024``)."""
     solver = _Solver(hk, K, depth, deadline, nnls=False)
     solver.run_heuristics(("lpfhp", "spfhp", "fill"))
+    solver.seeds = seeds
     return solver, solver.bound()
 
 
-def grid_certificate(h: np.ndarray, L: int, depth: int, K: int, deadline) -> Certificate | None:
+def _used_patterns(solver) -> np.ndarray:
+    """The patterns the LP solution uses (rows of units), to seed a finer grid's LP."""
+    if solver.x is None:
+        return np.zeros((0, 1), np.int64)
+    return solver.master.rows[solver.x > 1e-9]
+
+
+def finer_patterns(rows: np.ndarray, K: int, K2: int, hk2: np.ndarray, up: bool) -> np.ndarray:
+    """Patterns of a grid of ``K`` units as patterns of one of ``K2 = r * K`` units (``r``
+    whole) that fit it: a unit ``b`` of the coarse grid covers the fine units ``r*b - r +
+    1 .. r*b`` (up) or ``r*b .. r*b + r - 1`` (down); it becomes the present one of them
+    nearest ``r*b`` from below (up: ``sum r*b <= K2``) or from above (down; patterns then
+    over ``K2`` are dropped)."""
+    if K2 % K or not rows.size:
+        return np.zeros((0, 1), np.int64)
+    r = K2 // K
+    present = np.concatenate([[False], hk2 > 0])
+    out = np.where(rows > 0, r * rows, 0)
+    for shift in range(1, r):  # move to a present unit of the same coarse unit
+        step = -1 if up else 1
+        missing = (rows > 0) & ~present[np.clip(out, 0, K2)]
+        out = np.where(missing, out + step, out)
+    ok = (rows == 0) | present[np.clip(out, 0, K2)]
+    keep = ok.all(axis=1) & (out.sum(axis=1) <= K2)
+    return out[keep]
+
+
+def grid_certificate(h: np.ndarray, L: int, depth: int, K: int, deadline, last=None):
     """The coarse (down) LP's certificate, each length priced by its unit; verified on
-    the grid (:func:`verified_grid`)."""
+    the grid (:func:`verified_grid`). ``last``: ``(K, patterns)`` of a coarser grid's LP,
+    to start from. Returns ``(certificate or None, (K, patterns used))``."""
     units = _units(L, K, up=False)
     hk = _coarse_histogram(h, units, K)
     if not hk.any():
-        return None
-    _, lb = _coarse_solver(hk, K, depth, deadline)
+        return None, None
+    seeds = None if last is None else finer_patterns(last[1], last[0], K, hk, up=False)
+    solver, lb = _coarse_solver(hk, K, depth, deadline, seeds)
     c = lb.certificate
     if c is None:  # pragma: no cover - the simple certificates always exist
-        return None
+        return None, None
     # a unit priced below a smaller present unit takes its price: a pack may swap the
     # larger unit for the smaller one, so no pack gains (and the bound can only rise)
     price_of = np.zeros(K + 1, dtype=np.int64)
@@ -77,7 +107,8 @@ def grid_certificate(h: np.ndarray, L: int, depth: int, K: int, deadline) -> Cer
     price_of = np.maximum.accumulate(price_of)
     lens = np.flatnonzero(h) + 1
     prices = price_of[units[lens - 1]]
-    return verified_grid(_certificate(lens, h[lens - 1], prices, c.denominator, L, depth, grid=K))
+    cert = verified_grid(_certificate(lens, h[lens - 1], prices, c.denominator, L, depth, grid=K))
+    return cert, (K, _used_patterns(solver))
 
 
 def verified_grid(cert: Certificate | None) -> Certificate | None:
@@ -98,18 +129,20 @@ def verified_grid(cert: Certificate | None) -> Certificate | None:
     return cert if value <= cert.denominator else None
 
 
-def grid_plan(h: np.ndarray, L: int, depth: int, K: int, deadline):
+def grid_plan(h: np.ndarray, L: int, depth: int, K: int, deadline, last=None):
     """A plan from the coarse (up) LP rounded to whole packs, the rest by the exact fill:
-    ``((items, offsets, counts), lp_value)`` (CSR; the coarse LP's value bounds what a
-    rounding of it can reach) or ``(None, nan)``."""
+    ``((items, offsets, counts), lp_value, (K, patterns used))`` (CSR; ``lp_value`` bounds
+    what a rounding of that LP can reach) or ``(None, nan, None)``. ``last`` as for
+    :func:`grid_certificate`."""
     from .._kernels.optimal import round_columns
     from .._kernels.relaxed import expand_bucket_packs
 
     units = _units(L, K, up=True)
     hk = _coarse_histogram(h, units, K)
-    solver, lb = _coarse_solver(hk, K, depth, deadline)
+    seeds = None if last is None else finer_patterns(last[1], last[0], K, hk, up=True)
+    solver, lb = _coarse_solver(hk, K, depth, deadline, seeds)
     if solver.x is None:
-        return None, float("nan")
+        return None, float("nan"), None
     rows, counts, _ = round_columns(solver.master.rows, np.floor(solver.x + 1e-9), hk)
     b = np.arange(K + 1, dtype=np.int64)
     lo, hi = (b - 1) * L // K + 1, b * L // K  # unit b holds lengths lo[b]..hi[b]
@@ -122,7 +155,7 @@ def grid_plan(h: np.ndarray, L: int, depth: int, K: int, deadline):
         items = np.concatenate([items, r_items])
         offsets = np.concatenate([offsets, r_offsets[1:] + offsets[-1]])
         pack_counts = np.concatenate([pack_counts, r_counts])
-    return (items, offsets, pack_counts), lb.lp_value
+    return (items, offsets, pack_counts), lb.lp_value, (K, _used_patterns(solver))
 
 
 def slot_certificate(h: np.ndarray, L: int, depth: int) -> Certificate | None:

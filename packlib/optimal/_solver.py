@@ -127,6 +127,7 @@ class _Solver:
         self.nnls = nnls  # False: NNLSHP never seeds the LP (the grid LPs of _relaxed)
         self.extra_certificates = []  # proven elsewhere (the grid and slot bounds)
         self.grids = []  # grid sizes whose LPs ran (long context with a depth limit)
+        self.seeds = None  # extra starting patterns (rows of lengths), e.g. a coarser grid's
 
     def time_left(self) -> bool:
         if self.deadline is None or time.perf_counter() < self.deadline:
@@ -165,6 +166,8 @@ class _Solver:
         if lp and h.any() and self.time_left():
             pool = _ColumnPool(self.width)
             pool.add(_initial_patterns(h, L, depth, self.caps, self.width, self.heuristics.values()))
+            if self.seeds is not None and self.seeds.size:
+                pool.add(self.seeds[:, : self.width])
             master = _Master(h, L, primal=not self.nnls)
             master.add(pool.rows)
             prices = []
