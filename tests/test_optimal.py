@@ -526,15 +526,13 @@ def test_depth_repair_keeps_every_sequence_and_the_limit(h, D):
 
     L = len(h)
     items, offsets, counts = exact_fill(h, L, 0, 2)
-    rows, cnt, residual = depth_repair(items, offsets, counts, L, D)
-    assert (residual >= 0).all() and (cnt >= 0).all()
+    items, offsets, cnt, residual = depth_repair(items, offsets, counts, L, D)
+    assert (residual >= 0).all() and (cnt > 0).all() and offsets[-1] == items.size
     covered = residual.copy()
-    for r, c in zip(rows, cnt):
-        if c:
-            pack = r[r > 0]
-            assert pack.size <= D and pack.sum() <= L and (np.diff(pack) <= 0).all()
-            assert (r[pack.size :] == 0).all()
-            np.add.at(covered, pack - 1, c)
+    for t, c in enumerate(cnt):
+        pack = items[offsets[t] : offsets[t + 1]]
+        assert 0 < pack.size <= D and pack.sum() <= L and (np.diff(pack) <= 0).all() and (pack > 0).all()
+        np.add.at(covered, pack - 1, c)
     assert np.array_equal(covered, h)
 
 

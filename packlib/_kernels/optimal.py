@@ -444,100 +444,123 @@ def pack_value_at_most(lens, prices, dear, L, den):
 
 
 @jit
-def _pack_rows(items, offsets, counts, D):
-    """One zero-padded row per pack type (room for twice as many), with its size and count."""
+def _pack_arena(items, offsets, counts):
+    """The packs as rows of one growable arena: row ``t`` holds
+    ``arena[start[t]:start[t] + size[t]]`` (room for twice as many rows and items)."""
     T = counts.size
-    width = D
-    for t in range(T):
-        width = max(width, offsets[t + 1] - offsets[t])
-    rows = np.zeros((2 * T + 16, width), np.int64)
+    n = offsets[T]
+    arena = np.zeros(2 * n + 16, np.int64)
+    arena[:n] = items[:n]
+    start = np.zeros(2 * T + 16, np.int64)
     size = np.zeros(2 * T + 16, np.int64)
     cnt = np.zeros(2 * T + 16, np.int64)
     for t in range(T):
-        n = offsets[t + 1] - offsets[t]
-        for i in range(n):
-            rows[t, i] = items[offsets[t] + i]
-        size[t] = n
+        start[t] = offsets[t]
+        size[t] = offsets[t + 1] - offsets[t]
         cnt[t] = counts[t]
-    return rows, size, cnt
+    return arena, start, size, cnt
 
 
 @jit
-def _holders(rows, size, T, L, D):
+def _holders(arena, start_of, size, T, L, D):
     """The packs with room (fewer than ``D`` sequences), listed under each length they hold
     (CSR: ``holders[start[l]:start[l + 1]]``)."""
     start = np.zeros(L + 2, np.int64)
     for t in range(T):
         if size[t] < D:
+            row = arena[start_of[t] : start_of[t] + size[t]]
             for i in range(size[t]):
-                if i == 0 or rows[t, i] != rows[t, i - 1]:
-                    start[rows[t, i] + 1] += 1
+                if i == 0 or row[i] != row[i - 1]:
+                    start[row[i] + 1] += 1
     for x in range(1, L + 2):
         start[x] += start[x - 1]
     holders = np.zeros(start[L + 1], np.int64)
     fill = start.copy()
     for t in range(T):
         if size[t] < D:
+            row = arena[start_of[t] : start_of[t] + size[t]]
             for i in range(size[t]):
-                if i == 0 or rows[t, i] != rows[t, i - 1]:
-                    holders[fill[rows[t, i]]] = t
-                    fill[rows[t, i]] += 1
+                if i == 0 or row[i] != row[i - 1]:
+                    holders[fill[row[i]]] = t
+                    fill[row[i]] += 1
     return start, holders
 
 
 @jit
-def _exchange(rows, size, cnt, n_rows, p, q, n, j, sigma, k):
-    """Write the two packs of one exchange at rows ``n_rows`` and ``n_rows + 1``, ``k`` of
-    each: ``p`` with its ``j`` shortest replaced by ``sigma``, and ``q`` with one ``sigma``
-    replaced by them (both descending)."""
-    w = 0
+def _exchange(arena, top, start, size, cnt, n_rows, p, q, n, j, sigma, k):
+    """Append the two packs of one exchange as rows ``n_rows`` and ``n_rows + 1`` (at
+    ``arena[top:]``), ``k`` of each: ``p`` with its ``j`` shortest replaced by ``sigma``, and
+    ``q`` with one ``sigma`` replaced by them (both descending). Returns the new top."""
+    P = arena[start[p] : start[p] + n]
+    w = top
     placed = False
     for i in range(n - j):
-        if not placed and sigma >= rows[p, i]:
-            rows[n_rows, w] = sigma
+        if not placed and sigma >= P[i]:
+            arena[w] = sigma
             w += 1
             placed = True
-        rows[n_rows, w] = rows[p, i]
+        arena[w] = P[i]
         w += 1
     if not placed:
-        rows[n_rows, w] = sigma
+        arena[w] = sigma
         w += 1
-    size[n_rows] = w
-    cnt[n_rows] = k
-    r = n_rows + 1
-    w = 0
+    start[n_rows], size[n_rows], cnt[n_rows] = top, w - top, k
+    r0 = w
     dropped = False
     for i in range(size[q]):
-        if not dropped and rows[q, i] == sigma:
+        v = arena[start[q] + i]
+        if not dropped and v == sigma:
             dropped = True
             continue
-        rows[r, w] = rows[q, i]
+        arena[w] = v
         w += 1
     for i in range(n - j, n):
-        rows[r, w] = rows[p, i]
+        arena[w] = P[i]
         w += 1
-    for i in range(1, w):  # insertion sort, descending
-        v = rows[r, i]
+    for i in range(r0 + 1, w):  # insertion sort, descending
+        v = arena[i]
         m = i - 1
-        while m >= 0 and rows[r, m] < v:
-            rows[r, m + 1] = rows[r, m]
+        while m >= r0 and arena[m] < v:
+            arena[m + 1] = arena[m]
             m -= 1
-        rows[r, m + 1] = v
-    size[r] = w
-    cnt[r] = k
+        arena[m + 1] = v
+    start[n_rows + 1], size[n_rows + 1], cnt[n_rows + 1] = r0, w - r0, k
+    return w
 
 
 @jit
-def _grown_rows(rows, size, cnt, n_rows):
-    """The pack rows, sizes and counts in arrays twice as long."""
-    cap = 2 * rows.shape[0]
-    r2 = np.zeros((cap, rows.shape[1]), np.int64)
-    r2[:n_rows] = rows[:n_rows]
+def _grown_rows(start, size, cnt, n_rows):
+    """The row starts, sizes and counts in arrays twice as long."""
+    cap = 2 * start.shape[0]
+    s1 = np.zeros(cap, np.int64)
+    s1[:n_rows] = start[:n_rows]
     s2 = np.zeros(cap, np.int64)
     s2[:n_rows] = size[:n_rows]
     c2 = np.zeros(cap, np.int64)
     c2[:n_rows] = cnt[:n_rows]
-    return r2, s2, c2
+    return s1, s2, c2
+
+
+@jit
+def _kept_rows(arena, start, size, cnt, n_rows):
+    """The rows still used (count > 0) as CSR ``(items, offsets, counts)``."""
+    m = 0
+    total = 0
+    for r in range(n_rows):
+        if cnt[r] > 0:
+            m += 1
+            total += size[r]
+    items = np.empty(total, np.int64)
+    offsets = np.zeros(m + 1, np.int64)
+    counts = np.empty(m, np.int64)
+    i = 0
+    for r in range(n_rows):
+        if cnt[r] > 0:
+            items[offsets[i] : offsets[i] + size[r]] = arena[start[r] : start[r] + size[r]]
+            offsets[i + 1] = offsets[i] + size[r]
+            counts[i] = cnt[r]
+            i += 1
+    return items, offsets, counts
 
 
 @jit
@@ -550,16 +573,19 @@ def depth_repair(items, offsets, counts, L, D):
     first holds ``j - 1`` fewer sequences. ``j`` starts at ``n - D + 1`` (one exchange
     suffices) and decreases to 2 while no partner is found; a pack still too deep after
     an exchange is treated again. Whole groups of identical packs are exchanged at once.
-    Packs that find no partner are dissolved into the returned residual histogram (for
-    the caller to pack again).
+    Packs that find no partner, and packs of more than ``2 * D`` sequences, are dissolved
+    into the returned residual histogram (for the caller to pack again).
 
-    ``(items, offsets, counts)`` as returned by :func:`exact_fill`. Returns ``(rows,
-    counts, residual)``: one pack per row (lengths, zero-padded, unsorted), its count.
+    ``(items, offsets, counts)`` as returned by :func:`exact_fill`. Returns ``(items,
+    offsets, counts, residual)``: the packs left (CSR, each descending), their counts, and
+    what was dissolved. Packs are kept raggedly in one arena (a pack of 2,497 tiny
+    sequences at ``L = 131,072`` costs its items, not a row that wide for every pack).
     """
     T = counts.size
-    rows, size, cnt = _pack_rows(items, offsets, counts, D)
+    arena, start, size, cnt = _pack_arena(items, offsets, counts)
+    top = offsets[T]
     n_rows = T
-    start, holders = _holders(rows, size, T, L, D)
+    hstart, holders = _holders(arena, start, size, T, L, D)
     residual = np.zeros(L, np.int64)
     p = 0
     while p < n_rows:
@@ -572,18 +598,20 @@ def depth_repair(items, offsets, counts, L, D):
         while c > 0 and j >= 2:
             sigma = 0
             for i in range(n - j, n):  # rows are descending: the j shortest are last
-                sigma += rows[p, i]
-            ptr = start[sigma] if sigma <= L else start[L + 1]
-            end = start[sigma + 1] if sigma <= L else start[L + 1]
+                sigma += arena[start[p] + i]
+            ptr = hstart[sigma] if sigma <= L else hstart[L + 1]
+            end = hstart[sigma + 1] if sigma <= L else hstart[L + 1]
             while c > 0 and ptr < end:
                 q = holders[ptr]
                 if cnt[q] == 0 or size[q] + j - 1 > D:
                     ptr += 1
                     continue
-                if n_rows + 2 > rows.shape[0]:
-                    rows, size, cnt = _grown_rows(rows, size, cnt, n_rows)
+                if n_rows + 2 > start.shape[0]:
+                    start, size, cnt = _grown_rows(start, size, cnt, n_rows)
+                if top + n + size[q] + j > arena.shape[0]:
+                    arena = _grown(arena, top + n + size[q] + j)
                 k = min(c, cnt[q])
-                _exchange(rows, size, cnt, n_rows, p, q, n, j, sigma, k)
+                top = _exchange(arena, top, start, size, cnt, n_rows, p, q, n, j, sigma, k)
                 n_rows += 2
                 cnt[q] -= k
                 c -= k
@@ -591,6 +619,7 @@ def depth_repair(items, offsets, counts, L, D):
         cnt[p] = 0
         if c > 0:  # no partner left: dissolve the rest
             for i in range(n):
-                residual[rows[p, i] - 1] += c
+                residual[arena[start[p] + i] - 1] += c
         p += 1
-    return rows[:n_rows], cnt[:n_rows], residual
+    items_out, offsets_out, counts_out = _kept_rows(arena, start, size, cnt, n_rows)
+    return items_out, offsets_out, counts_out, residual

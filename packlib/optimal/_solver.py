@@ -66,12 +66,9 @@ def _fill_plan(h: np.ndarray, L: int, depth: int | None):
     candidates = [(*out, f"fill {mode}")]
     unlimited = exact_fill(h, L, 0, 2)
     if np.diff(unlimited[1]).max(initial=0) > depth:
-        rows, cnt, residual = depth_repair(*unlimited, L, depth)
-        keep = cnt > 0
-        rows, cnt = rows[keep], cnt[keep]
-        if rows.size and (rows[:, depth:] != 0).any():  # pragma: no cover - kernel invariant
+        items, offsets, cnt, residual = depth_repair(*unlimited, L, depth)
+        if np.diff(offsets).max(initial=0) > depth:  # pragma: no cover - kernel invariant
             raise RuntimeError("depth_repair left a pack over the depth limit; please report this")
-        items, offsets = _dense_to_csr(rows[:, :depth])
         if residual.any():
             (r_items, r_offsets, r_counts), _ = best_fill(residual, depth, (3, 2, 0, 4))
             items = np.concatenate([items, r_items])
