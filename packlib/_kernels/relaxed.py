@@ -10,7 +10,6 @@ that fits ``L`` tokens, whichever lengths of those buckets fill it.
 import numpy as np
 
 from .._jit import jit
-from .optimal import _largest_present, _pair_partner
 
 
 @jit
@@ -86,106 +85,4 @@ def expand_bucket_packs(rows, counts, h, lo, hi):
             out_counts[n_out] = run
             n_out += 1
             c -= run
-    return out[:n_out], out_counts[:n_out], rem
-
-
-@jit
-def _take(rem, parent, l):
-    """Take one copy of ``l``; a length that runs out leaves the union-find."""
-    rem[l - 1] -= 1
-    if rem[l - 1] == 0:
-        parent[l] = l - 1
-
-
-@jit
-def _refill_one(row, n, gap, slots, rem, parent, L, shortest):
-    """Fill the ``gap`` tokens and ``slots`` free places of one pack (``row[:n]`` holds its
-    skeleton) from the pool: a sequence of exactly the gap, else an even pair that closes
-    it, else the longest that leaves room for the shortest left in each other free slot,
-    else the longest that fits. Returns the new ``n``."""
-    while slots > 0 and gap > 0:
-        l = _largest_present(parent, gap)
-        if l == 0:
-            break
-        if l != gap and slots >= 2:
-            c = _pair_partner(2, gap, rem, parent, L)
-            if c > 0:
-                _take(rem, parent, c)
-                row[n] = c
-                n += 1
-                slots -= 1
-                gap -= c
-                continue
-            if slots >= 2 and gap - (slots - 1) * shortest > 0:
-                m = _largest_present(parent, gap - (slots - 1) * shortest)
-                if m > 0:
-                    l = m
-        _take(rem, parent, l)
-        row[n] = l
-        n += 1
-        slots -= 1
-        gap -= l
-    return n
-
-
-@jit
-def refill_skeletons(packs, counts, tau, extra, L, D):
-    """Take the sequences shorter than ``tau`` out of every pack (``packs``: rows of real
-    lengths, zero-padded; ``counts`` copies each) and put them back where they fit best:
-    each copy, smallest gap first, is refilled from the pool of those sequences and
-    ``extra`` (a histogram of sequences in no pack) by :func:`_refill_one`. The long
-    sequences (the *skeletons*) stay where an LP put them; the short ones, which a coarse
-    grid prices least accurately, are placed by their real lengths. Returns ``(packs,
-    counts, left)``: rows ``D`` wide, counts (consecutive identical packs merged), and the
-    histogram of the pool left over."""
-    S, W = packs.shape
-    rem = extra.copy()
-    gaps = np.empty(S, np.int64)
-    for p in range(S):
-        total = 0
-        for w in range(W):
-            l = packs[p, w]
-            if l >= tau:
-                total += l
-            elif l > 0:
-                rem[l - 1] += counts[p]
-        gaps[p] = L - total
-    parent = np.arange(L + 1)
-    shortest = 0
-    for l in range(L, 0, -1):
-        if rem[l - 1] == 0:
-            parent[l] = l - 1
-        else:
-            shortest = l
-    n_copies = 0
-    for p in range(S):
-        n_copies += counts[p]
-    out = np.zeros((n_copies + 1, D), np.int64)
-    out_counts = np.zeros(n_copies + 1, np.int64)
-    n_out = 0
-    row = np.zeros(D, np.int64)
-    for p in np.argsort(gaps, kind="mergesort"):
-        for _ in range(counts[p]):
-            n = 0
-            for w in range(W):
-                if packs[p, w] >= tau:
-                    row[n] = packs[p, w]
-                    n += 1
-            for w in range(n, D):
-                row[w] = 0
-            while shortest > 0 and shortest <= L and rem[shortest - 1] == 0:
-                shortest += 1
-            n = _refill_one(row, n, gaps[p], D - n, rem, parent, L, shortest if shortest <= L else L)
-            same = n_out > 0
-            if same:
-                for w in range(D):
-                    if out[n_out - 1, w] != row[w]:
-                        same = False
-                        break
-            if same:
-                out_counts[n_out - 1] += 1
-            else:
-                out[n_out] = row
-                out_counts[n_out] = 1
-                n_out += 1
     return out[:n_out], out_counts[:n_out], rem
