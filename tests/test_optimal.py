@@ -719,3 +719,41 @@ def test_long_context_depth_limit_closes_the_gap():
     with pytest.raises(AssertionError):
         naive_certificate.check_fast(naive_certificate.broken(plan.bound.certificate))
     assert packlib.lower_bound(h, max_sequences_per_pack=4).bound == plan.lower_bound
+
+
+@given(tiny_histograms(), st.integers(1, 6))
+@settings(max_examples=30, deadline=None)
+def test_interior_point_first_solve_gives_the_same_lp(h, depth):
+    """A big grid LP's first solve runs by interior point (then primal simplex from its
+    crossover basis): forced on every master, the LPs, bounds and plans stay valid and
+    the bounds equal the simplex ones."""
+    from contextlib import ExitStack
+    from unittest import mock
+
+    import packlib.optimal
+
+    def run(ipm_columns):
+        with ExitStack() as stack:
+            for p in _forced_long():
+                stack.enter_context(p)
+            stack.enter_context(mock.patch.object(packlib.optimal._tuning, "IPM_COLUMNS", ipm_columns))
+            return packlib.optimal_pack(h, max_sequences_per_pack=depth)
+
+    simplex, ipm = run(10**9), run(0)
+    check_plan(ipm, h, depth)
+    assert ipm.lower_bound == simplex.lower_bound <= exact_optimum(h, depth) <= ipm.num_packs
+    if h.any():
+        assert naive_certificate.check(ipm.bound.certificate, h) == ipm.lower_bound
+
+
+def test_grid_schedule():
+    """Which grids are affordable grows with L (the time goals do); the predicted gain of
+    a finer grid: a quarter of the distance per doubling, the distance halving."""
+    from packlib.optimal import _grid_gain, _relaxed
+
+    assert _relaxed.grid_affordable(1024, 10**6, 8192)  # the coarsest grid always runs
+    assert _relaxed.grid_affordable(4096, 8, 8192) and not _relaxed.grid_affordable(4096, 16, 8192)
+    assert _relaxed.grid_affordable(4096, 16, 32768) and not _relaxed.grid_affordable(4096, 32, 32768)
+    assert _relaxed.grid_affordable(2048, 64, 131072) and not _relaxed.grid_affordable(4096, 64, 131072)
+    assert _grid_gain(800, 4096, 4096) == 0
+    assert _grid_gain(800, 2048, 4096) == 200 and _grid_gain(800, 1024, 4096) == 300

@@ -31,11 +31,13 @@ from ._solver import _dense_to_csr, _fill_plan, _Solver
 
 GRIDS = (1024, 2048, 4096)  # grid sizes tried in turn while the gap stays open (fixed: deterministic)
 GRID_WORK = 2e8  # ... a grid is skipped when its pricing DP takes more steps per round (units * (depth + 1) * K)
+# than this at L = 8192, times sqrt(L / 8192) above: the time goals grow with L (8k: 10 s,
+# 32k: 20 s, 128k: 60 s), and a round of 2e8 steps takes about 0.3 s on one core
 
 
-def grid_affordable(K: int, depth: int) -> bool:
-    """Whether the LPs on a grid of ``K`` units are cheap enough (a few seconds each)."""
-    return K <= GRIDS[0] or K * (depth + 1) * K <= GRID_WORK
+def grid_affordable(K: int, depth: int, L: int) -> bool:
+    """Whether the LPs on a grid of ``K`` units are cheap enough for ``L``: seconds each."""
+    return K <= GRIDS[0] or K * (depth + 1) * K <= GRID_WORK * max(1.0, L / 8192) ** 0.5
 
 
 def _units(L: int, K: int, up: bool) -> np.ndarray:

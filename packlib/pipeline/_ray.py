@@ -67,20 +67,17 @@ class RayEngine:
                     bar.update(len(done))
             return ray.get(refs)
         except ray.exceptions.RayTaskError as exc:
-            for r in pending:
-                ray.cancel(r, force=True)
+            _cancel(ray, pending)
             cause = getattr(exc, "cause", None)
             if isinstance(cause, BaseException):
                 raise cause from None
             raise PipelineError(f"a Ray task failed during {desc}: {str(exc).splitlines()[0]}") from None
         except (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError, ray.exceptions.ObjectLostError) as exc:
-            for r in pending:
-                ray.cancel(r, force=True)
+            _cancel(ray, pending)
             raise WorkerDied(f"a Ray worker died during {desc} and retries ran out ({type(exc).__name__}); "
                              "nothing was written") from None
         except BaseException:  # interrupted (SIGINT, SIGTERM, SIGHUP): the run's tasks end with it
-            for r in pending:
-                ray.cancel(r, force=True)
+            _cancel(ray, pending)
             raise
 
     def close(self, abort: bool = False) -> None:
@@ -94,6 +91,16 @@ class RayEngine:
             self._ray.shutdown()
             self._started = False
 
+
+
+def _cancel(ray, refs, timeout: float = 60.0) -> None:
+    """Kill the tasks of ``refs`` and wait until they have ended: a cancel is only a request,
+    and a task still running would write into the work directory the caller removes next
+    (on a joined cluster nothing else stops it)."""
+    for r in refs:
+        ray.cancel(r, force=True)
+    if refs:
+        ray.wait(refs, num_returns=len(refs), timeout=timeout)
 
 
 # A local Ray instance's own helpers (its dashboard and runtime-env agents) outlive a driver
