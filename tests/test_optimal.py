@@ -721,29 +721,44 @@ def test_long_context_depth_limit_closes_the_gap():
     assert packlib.lower_bound(h, max_sequences_per_pack=4).bound == plan.lower_bound
 
 
-@given(tiny_histograms(), st.integers(1, 6))
+@given(small_histograms(max_len=40, max_count=30), st.integers(1, 6), st.integers(2, 40), st.booleans())
 @settings(max_examples=30, deadline=None)
-def test_interior_point_first_solve_gives_the_same_lp(h, depth):
-    """A big grid LP's first solve runs by interior point (then primal simplex from its
-    crossover basis): forced on every master, the LPs, bounds and plans stay valid and
-    the bounds equal the simplex ones."""
+def test_interior_point_first_solve_gives_the_same_lp(h, depth, K, up):
+    """A big grid LP of deep patterns is first solved by interior point (then by primal
+    simplex from its crossover basis): forced on every grid LP, the bounds equal the
+    simplex ones and hold, and the plans hold every sequence once."""
     from contextlib import ExitStack
     from unittest import mock
 
     import packlib.optimal
+    from packlib.optimal import _lp, _relaxed
 
-    def run(ipm_columns):
+    L, K = len(h), min(K, len(h))
+    solve, first_by_ipm = _lp._Master.solve, []
+
+    def spy(master):
+        first_by_ipm.append(master.deep and master.solves == 0)
+        return solve(master)
+
+    def run(threshold):
         with ExitStack() as stack:
-            for p in _forced_long():
-                stack.enter_context(p)
-            stack.enter_context(mock.patch.object(packlib.optimal._tuning, "IPM_COLUMNS", ipm_columns))
-            return packlib.optimal_pack(h, max_sequences_per_pack=depth)
+            for name in ("IPM_COLUMNS", "IPM_DEPTH"):
+                stack.enter_context(mock.patch.object(packlib.optimal._tuning, name, threshold))
+            stack.enter_context(mock.patch.object(_lp._Master, "solve", spy))
+            if up:
+                return _relaxed.grid_plan(h, L, depth, K, None)[0]
+            return _relaxed.grid_certificate(h, L, depth, K, None)[0]
 
     simplex, ipm = run(10**9), run(0)
-    check_plan(ipm, h, depth)
-    assert ipm.lower_bound == simplex.lower_bound <= exact_optimum(h, depth) <= ipm.num_packs
-    if h.any():
-        assert naive_certificate.check(ipm.bound.certificate, h) == ipm.lower_bound
+    if not up:
+        assert (simplex is None) == (ipm is None)
+        if ipm is not None:
+            assert any(first_by_ipm) and ipm.bound == simplex.bound
+            assert naive_certificate.check(ipm, h) == ipm.bound <= exact_lp_ceiling(h, depth)
+    elif ipm is not None:
+        p = PackingPlan.from_ragged(*ipm, L, depth)
+        assert np.array_equal(p.histogram(), h) and any(first_by_ipm)
+        assert (p.strategy_tokens() <= L).all() and np.diff(p.strategy_offsets).max() <= depth
 
 
 def test_grid_schedule():

@@ -87,10 +87,11 @@ class _Master:
     Kept alive in HiGHS between rounds (through the ``highspy`` bindings scipy ships), so
     adding patterns re-solves from the previous basis; falls back to a
     cold :func:`scipy.optimize.linprog` solve per round if those bindings are missing.
-    ``primal``: re-solve by primal simplex (the grid LPs).
+    ``primal``: re-solve by primal simplex (the grid LPs); ``deep``: its patterns hold many
+    sequences (see :meth:`solve`).
     """
 
-    def __init__(self, b: np.ndarray, L: int, primal: bool = False):
+    def __init__(self, b: np.ndarray, L: int, primal: bool = False, deep: bool = False):
         self.L = L
         self.present = np.flatnonzero(b) + 1
         self.row_of = np.full(L + 1, -1, dtype=np.int64)
@@ -100,7 +101,7 @@ class _Master:
         self.n_cols = 0
         self.n_exchange = 0
         self.highs = None
-        self.primal, self.solves = primal, 0
+        self.primal, self.deep, self.solves = primal, deep, 0
         try:
             if not _tuning.USE_HIGHS_BINDINGS:
                 raise ImportError("HiGHS bindings disabled")
@@ -163,11 +164,12 @@ class _Master:
         y = np.zeros(self.L, dtype=np.float64)
         if self.highs is not None:
             H = self.highs
-            # a big seeded master (the finest grid's LP: 13,000-17,000 patterns) is solved
-            # first by interior point, with crossover to a basis the later rounds' primal
-            # simplex starts from: 1.8 s instead of 10 s at L = 32,768, depth 16 (at 8,192,
-            # depth 3-8, between 0.5 s faster and 1.3 s slower in all)
-            ipm = self.primal and self.solves == 0 and self.n_cols >= _tuning.IPM_COLUMNS
+            # a big seeded master of deep patterns (the finest grid's LP at depth >= 16) is
+            # solved first by interior point, with crossover to a basis the later rounds'
+            # primal simplex starts from: that grid's LPs take 10 s instead of 20 s at
+            # L = 32,768, depth 16, and 31 s instead of 44 s at 131,072, depth 32; at
+            # depth 3-8 simplex is as fast or faster (18.7 s instead of 23.1 s at 32,768)
+            ipm = self.primal and self.deep and self.solves == 0 and self.n_cols >= _tuning.IPM_COLUMNS
             H.setOptionValue("solver", "ipm" if ipm else "simplex")
             H.run()
             self.solves += 1

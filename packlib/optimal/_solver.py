@@ -165,7 +165,7 @@ class _Solver:
             pool.add(_initial_patterns(h, L, depth, self.caps, self.width, self.heuristics.values()))
             if self.seeds is not None and self.seeds.size:
                 pool.add(self.seeds[:, : self.width])
-            master = _Master(h, L, primal=not self.nnls)
+            master = _Master(h, L, primal=not self.nnls, deep=(depth or 0) >= _tuning.IPM_DEPTH)
             master.add(pool.rows)
             prices = []
 
