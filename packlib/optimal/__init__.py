@@ -238,11 +238,12 @@ def _close_depth_gap(solver: _Solver) -> None:
     h, L, depth = solver.h, solver.L, solver.depth
     solver.extra_certificates.append(_relaxed.slot_certificate(h, L, depth))
     base = _simple_certificates(h, L, depth) + [_verified(_l2_certificate(h, L, depth)[0])]
-    finest = max(min(K, L) for K in _relaxed.GRIDS if _relaxed.grid_affordable(min(K, L), depth, L))
+    grids = _relaxed.affordable_grids(L, depth)
+    finest = grids[-1]
     down = up = None  # the last bound (ceiling of a grid LP) and plan-side LP value
     K_down = K_up = None  # ... the grids they came from
     last_down = last_up = None  # ... and those LPs' patterns, to start the next from
-    for K in sorted({min(K, L) for K in _relaxed.GRIDS if min(K, L) <= finest}):
+    for K in grids:
         bound = _best_certificate(base + solver.extra_certificates).bound
         packs = min(p.num_packs for p in solver.heuristics.values())
         if _close_enough(packs, bound) or not solver.time_left():
@@ -252,14 +253,13 @@ def _close_depth_gap(solver: _Solver) -> None:
             cert, last_down = _relaxed.grid_certificate(h, L, depth, K, solver.deadline, last_down)
             solver.extra_certificates.append(cert)
             down, K_down = (0 if cert is None else cert.bound), K
-            solver.grids.append(K)
         if (first or K == L or up - _grid_gain(up - down, K_up, finest) < packs) and solver.time_left():
             plan, up, last_up = _relaxed.grid_plan(h, L, depth, K, solver.deadline, last_up)
             K_up = K
             if plan is not None and plan[2].sum() < packs:
                 solver.heuristics["grid"] = _Plan(*plan, how=f"grid {K}")
-            if not solver.grids or solver.grids[-1] != K:
-                solver.grids.append(K)
+        if K in (K_down, K_up):
+            solver.grids.append(K)
 
 
 def _grid_gain(distance: float, K: int, finest: int) -> float:

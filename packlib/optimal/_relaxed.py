@@ -40,6 +40,11 @@ def grid_affordable(K: int, depth: int, L: int) -> bool:
     return K <= GRIDS[0] or K * (depth + 1) * K <= GRID_WORK * max(1.0, L / 8192) ** 0.5
 
 
+def affordable_grids(L: int, depth: int) -> list[int]:
+    """The grids of ``GRIDS`` (at most ``L`` units) affordable for ``L`` and ``depth``, coarsest first."""
+    return sorted({min(K, L) for K in GRIDS if grid_affordable(min(K, L), depth, L)})
+
+
 def _units(L: int, K: int, up: bool) -> np.ndarray:
     """The grid unit of each length ``1..L`` (int64)."""
     lengths = np.arange(1, L + 1, dtype=np.int64)

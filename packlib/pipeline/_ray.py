@@ -92,7 +92,6 @@ class RayEngine:
             self._started = False
 
 
-
 def _cancel(ray, refs, timeout: float = 60.0) -> None:
     """Kill the tasks of ``refs`` and wait until they have ended: a cancel is only a request,
     and a task still running would write into the work directory the caller removes next
