@@ -11,8 +11,8 @@ that bind on many short documents beside long ones (8k at depths 3, 4 and 8, 32k
 128k at 64); Wikipedia and a SQuAD-like input at 512 for reference. Each with its gap to
 the proven bound, its certificate verified by the independent numpy checker of
 ``tests/naive_certificate.py`` (which imports nothing from packlib), the peak memory
-(tracemalloc, a separate call), and two baselines in the same process: the 0.3 route
-(exact fill, L2 and simple bounds) and per-sequence best-fit decreasing.
+(tracemalloc, a separate call), and two baselines in the same process: the fill route
+(the exact fill with its exchanges, L2 and simple bounds: no grid LP) and per-sequence best-fit decreasing.
 
 Rows: for each input and depth, the packs and time of SPFHP, LPFHP, NNLSHP and
 ``optimal_pack`` (with each one's gap to the proven bound), and of ``lower_bound`` against a
@@ -141,9 +141,11 @@ LONG_CASES = [  # (name, L, histogram factory, depth, goal in seconds)
 ]
 
 
-def route_03(h, L, depth):
-    """The long-context route before the grid LPs (packlib 0.3), in this process: the best
-    exact fill, and the best of the simple and L2 bounds."""
+def fill_route(h, L, depth):
+    """The long-context route without the grid LPs, in this process: the best exact fill
+    (this checkout's, the depth repair by exchanges included), and the best of the simple
+    and L2 bounds (packlib 0.3's bounds; its fill had no exchanges beyond the shortest
+    sequences)."""
     from packlib.optimal._certificates import _best_certificate, _l2_certificate, _simple_certificates, _verified
     from packlib.optimal._solver import _fill_plan
 
@@ -154,15 +156,15 @@ def route_03(h, L, depth):
 
 def long_context(repeat):
     """The issue-14 and issue-22 rows: time, gap, independent certificate check, memory,
-    the 0.3 route and BFD as baselines."""
+    the fill route and BFD as baselines."""
     import tracemalloc
 
     sys.path.insert(0, str(ROOT / "tests"))
     import naive_certificate  # noqa: E402  (independent of packlib)
 
-    print("long context: optimal_pack vs the 0.3 route (exact fill, L2 bound) and per-sequence BFD, same process")
+    print("long context: optimal_pack vs the fill route (exact fill and exchanges, L2 bound) and per-sequence BFD, same process")
     print(f"{'input':<21} {'depth':>5} {'packs':>10} {'bound':>10} {'gap':>5} {'gap %':>8} {'time':>8} {'goal':>5} "
-          f"{'peak mem':>9} {'cert check':>11} {'0.3 packs':>10} {'0.3 bound':>10} {'BFD packs':>10} {'BFD time':>9}")
+          f"{'peak mem':>9} {'cert check':>11} {'fill packs':>10} {'fill bound':>10} {'BFD packs':>10} {'BFD time':>9}")
     for name, L, make, depth, goal in LONG_CASES:
         h = make()
         packlib.optimal_pack(h[:64], max_sequences_per_pack=depth)  # kernels loaded
@@ -177,7 +179,7 @@ def long_context(repeat):
         proven = naive_certificate.check_fast(plan.bound.certificate, h)
         t_check = time.perf_counter() - t0
         assert proven == plan.lower_bound, (proven, plan.lower_bound)
-        old_packs, old_bound = route_03(h, L, depth) if L > 1024 else (None, None)
+        old_packs, old_bound = fill_route(h, L, depth) if L > 1024 else (None, None)
         lengths = np.repeat(np.arange(1, L + 1), h)
         t_bfd, bfd = timed(lambda: packlib.bfd_pack(lengths, L, depth), 1)
         d = "max" if depth is None else str(depth)
@@ -200,7 +202,7 @@ def lognormal_histogram(L=1024, n=2_000_000, seed=0):
 
 
 def compare_kernels(old_root: str, repeat: int = 7) -> None:
-    """The kernels split into helpers in 0.3 (exact_fill, depth_repair, the greedy packers,
+    """The kernels split into helpers in 0.3 (exact_fill, the greedy packers,
     NNLSHP's column generation) against another checkout's, same inputs, same process,
     interleaved, best of ``repeat``; the results must be identical."""
     from packlib._kernels import greedy, nnls, optimal

@@ -46,38 +46,50 @@ def _fill_plan(h: np.ndarray, L: int, depth: int | None):
     """The best of the exact-fill packings (see :func:`packlib._kernels.optimal.exact_fill`)
     as ``(items, offsets, counts, how)`` (CSR: wide packs at long context take the room of
     their items). With a depth limit the candidates are the depth-aware fill, and the
-    unlimited fill made to respect the limit by exchanges
-    (:func:`packlib._kernels.optimal.depth_repair`) with what no exchange fixed packed
-    again."""
-    from .._kernels.optimal import depth_repair, exact_fill
-
-    def best_fill(hist, D, modes):
-        best = None
-        for mode in modes:
-            out = exact_fill(hist, L, D, mode)
-            if best is None or out[2].sum() < best[0][2].sum():
-                best = (out, mode)
-        return best
+    unlimited fill made to respect the limit by exchanges (:func:`_repaired`)."""
+    from .._kernels.optimal import exact_fill
 
     if depth is None:
-        out, mode = best_fill(h, 0, (2, 0))
+        out, mode = _best_fill(h, L, 0, (2, 0))
         return (*out, f"fill {mode}")
-    out, mode = best_fill(h, depth, (3, 2, 0, 4))
+    out, mode = _best_fill(h, L, depth, (3, 2, 0, 4))
     candidates = [(*out, f"fill {mode}")]
     unlimited = exact_fill(h, L, 0, 2)
-    if np.diff(unlimited[1]).max(initial=0) > depth:
-        items, offsets, cnt, residual = depth_repair(*unlimited, L, depth)
-        if np.diff(offsets).max(initial=0) > depth:  # pragma: no cover - kernel invariant
-            raise RuntimeError("depth_repair left a pack over the depth limit; please report this")
-        if residual.any():
-            (r_items, r_offsets, r_counts), _ = best_fill(residual, depth, (3, 2, 0, 4))
-            items = np.concatenate([items, r_items])
-            offsets = np.concatenate([offsets, r_offsets[1:] + offsets[-1]])
-            cnt = np.concatenate([cnt, r_counts])
-        candidates.append((items, offsets, cnt, "fill 2 + exchanges"))
-    else:
+    if np.diff(unlimited[1]).max(initial=0) <= depth:
         candidates.append((*unlimited, "fill 2"))
+    elif h.sum() <= depth * unlimited[2].sum():  # else the depth binds: more sequences than those packs hold
+        candidates.append(_repaired(unlimited, L, depth))
     return min(candidates, key=lambda c: int(c[2].sum()))
+
+
+def _best_fill(h: np.ndarray, L: int, D: int, modes):
+    """The exact fill of the variant in ``modes`` that uses fewest packs: ``((items,
+    offsets, counts), mode)``."""
+    from .._kernels.optimal import exact_fill
+
+    best = None
+    for mode in modes:
+        out = exact_fill(h, L, D, mode)
+        if best is None or out[2].sum() < best[0][2].sum():
+            best = (out, mode)
+    return best
+
+
+def _repaired(unlimited, L: int, depth: int):
+    """The unlimited fill made to respect the depth limit by exchanges
+    (:func:`packlib._kernels.exchange.depth_repair`), what no exchange fixed packed again
+    by the depth-aware fill: ``(items, offsets, counts, how)``."""
+    from .._kernels.exchange import depth_repair
+
+    items, offsets, cnt, residual = depth_repair(*unlimited, L, depth)
+    if np.diff(offsets).max(initial=0) > depth:  # pragma: no cover - kernel invariant
+        raise RuntimeError("depth_repair left a pack over the depth limit; please report this")
+    if residual.any():
+        (r_items, r_offsets, r_counts), _ = _best_fill(residual, L, depth, (3, 2, 0, 4))
+        items = np.concatenate([items, r_items])
+        offsets = np.concatenate([offsets, r_offsets[1:] + offsets[-1]])
+        cnt = np.concatenate([cnt, r_counts])
+    return items, offsets, cnt, "fill 2 + exchanges"
 
 
 def _dense_to_csr(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
