@@ -722,6 +722,27 @@ def test_long_context_depth_limit_closes_the_gap():
     assert packlib.lower_bound(h, max_sequences_per_pack=4).bound == plan.lower_bound
 
 
+def test_long_context_exchanges_reach_the_token_bound():
+    """L = 4096, depth 8, 200 k lengths of which 80 % short: the depth does not bind, but
+    the unlimited fill piles the short sequences into packs far too deep. The exchanges
+    make its exactly-full packs respect the limit: optimal (= ceil(tokens / L)), no grid
+    LP needed, where the depth-aware fill alone is 0.8 % above."""
+    L = 4096
+    rng = np.random.default_rng(1)
+    n = 200_000
+    short = rng.lognormal(np.log(600), 0.9, rng.binomial(n, 0.8))
+    long = rng.lognormal(np.log(L) - 1.0, 0.6, n - short.size)
+    h = np.bincount(np.clip(np.rint(np.concatenate([short, long])), 1, L).astype(np.int64), minlength=L + 1)[1:]
+    plan = packlib.optimal_pack(h, max_sequences_per_pack=8)
+    check_plan(plan, h, 8)
+    tokens = int((h * np.arange(1, L + 1)).sum())
+    assert plan.num_packs == plan.lower_bound == -(-tokens // L), plan.message
+    assert plan.info["fill"] == "fill 2 + exchanges" and not plan.bound.info["grids"]
+    from packlib._kernels.optimal import exact_fill
+
+    assert min(int(exact_fill(h, L, 8, mode)[2].sum()) for mode in (3, 2, 0, 4)) > 1.005 * plan.num_packs
+
+
 @given(small_histograms(max_len=40, max_count=30), st.integers(1, 6), st.integers(2, 40), st.booleans())
 @settings(max_examples=30, deadline=None)
 def test_interior_point_first_solve_gives_the_same_lp(h, depth, K, up):
