@@ -229,6 +229,32 @@ def _exchange(arena, top, start, size, cnt, n_rows, p, q, taken, m1, m2, k):
 
 
 @jit
+def _scratch(size, T, D):
+    """Prefix sums and a taken-mask as wide as the widest of rows ``0..T-1`` (the rows a
+    pass appends are never wider than the deep row they came from, or than ``D``)."""
+    widest = D
+    for t in range(T):
+        widest = max(widest, size[t])
+    return np.zeros(widest + 1, np.int64), np.zeros(widest, np.bool_)
+
+
+@jit
+def _apply(arena, top, start, size, cnt, n_rows, p, q, taken, m1, m2, c):
+    """One exchange of ``p`` (``c`` copies left) with ``q``, as many copies as both have,
+    the arrays grown as needed: ``(arena, start, size, cnt, n_rows, top, copies left)``."""
+    if n_rows + 2 > start.shape[0]:
+        start, size, cnt = _grown_rows(start, size, cnt, n_rows)
+    need = top + 2 * size[p] + size[q]  # the new p holds at most size[p], the new q size[q] + size[p]
+    if need > arena.shape[0]:
+        arena = _grown(arena, need)
+    k = min(c, cnt[q])
+    top = _exchange(arena, top, start, size, cnt, n_rows, p, q, taken, m1, m2, k)
+    cnt[q] -= k
+    cnt[p] = c - k
+    return arena, start, size, cnt, n_rows + 2, top, c - k
+
+
+@jit
 def _find_partner(row, n, D, L, prefix, taken, tree, P, hptr, holders, tries):
     """A roomy pack to exchange with: ``(q, m)`` with the ``taken`` items of ``row`` adding
     up to ``m``, a length ``q`` holds, and ``q`` with room for them less one; ``(-1, 0)`` if
@@ -261,7 +287,7 @@ def _repair_pass(arena, start, size, cnt, T, top, L, D):
     """One pass of exchanges over rows ``0..T-1`` (partners: the rows with room among
     them). A deep row that finds no partner keeps its copies (a later pass, with the
     packs this one made as partners, may find one). Returns ``(arena, start, size, cnt,
-    n_rows, top, exchanges)``."""
+    n_rows, exchanges)``."""
     n_rows = T
     hstart, holders = _holder_lists(arena, start, size, T, L, D)
     hptr = hstart[: L + 1].copy()
@@ -274,40 +300,25 @@ def _repair_pass(arena, start, size, cnt, T, top, L, D):
             tree[P + v] = D - size[holders[hstart[v]]]
     for i in range(P - 1, 0, -1):
         tree[i] = max(tree[2 * i], tree[2 * i + 1])
-    widest = D
-    for t in range(T):
-        widest = max(widest, size[t])
-    prefix = np.zeros(widest + 1, np.int64)  # rows only get narrower
-    taken = np.zeros(widest, np.bool_)
+    prefix, taken = _scratch(size, T, D)
     exchanges = 0
     p = 0
-    while p < n_rows:
+    while p < n_rows:  # the deep rows an exchange appends are treated again
         n = size[p]
         c = cnt[p]
-        if n <= D or c == 0:
-            p += 1
-            continue
-        for i in range(n):
-            prefix[i + 1] = prefix[i] + arena[start[p] + i]
-        while c > 0:
+        if n > D and c > 0:
+            for i in range(n):
+                prefix[i + 1] = prefix[i] + arena[start[p] + i]
+        while n > D and c > 0:
             q, m = _find_partner(arena[start[p] : start[p] + n], n, D, L, prefix, taken, tree, P, hptr, holders, 16)
             if q < 0:
                 break
-            if n_rows + 2 > start.shape[0]:
-                start, size, cnt = _grown_rows(start, size, cnt, n_rows)
-            if top + n + size[q] + D > arena.shape[0]:
-                arena = _grown(arena, top + n + size[q] + D)
-            k = min(c, cnt[q])
-            top = _exchange(arena, top, start, size, cnt, n_rows, p, q, taken, m, 0, k)
-            n_rows += 2
+            arena, start, size, cnt, n_rows, top, c = _apply(arena, top, start, size, cnt, n_rows, p, q, taken, m, 0, c)
             exchanges += 1
-            cnt[q] -= k
-            c -= k
-            cnt[p] = c
             if cnt[q] == 0:
                 _retire(q, arena, start, size, cnt, hstart, holders, hptr, tree, P, D)
         p += 1
-    return arena, start, size, cnt, n_rows, top, exchanges
+    return arena, start, size, cnt, n_rows, exchanges
 
 
 @jit
@@ -388,40 +399,26 @@ def _pair_partner(n, D, L, prefix, taken, size, cnt, pstart, prows, scan):
 @jit
 def _pair_pass(arena, start, size, cnt, T, top, L, D, width):
     """One pass of exchanges in which the roomy pack gives back two sequences (for deep
-    packs whose sums no single length matches, such as many copies of one length). Same
-    returns as :func:`_repair_pass`."""
+    packs whose sums no single length matches, such as many copies of one length), over
+    rows ``0..T-1``. Same returns as :func:`_repair_pass`."""
     n_rows = T
     pstart, prows = _pair_index(arena, start, size, T, L, D, width)
-    widest = D
-    for t in range(T):
-        widest = max(widest, size[t])
-    prefix = np.zeros(widest + 1, np.int64)
-    taken = np.zeros(widest, np.bool_)
+    prefix, taken = _scratch(size, T, D)
     exchanges = 0
     for p in range(T):
         n = size[p]
         c = cnt[p]
-        if n <= D or c == 0:
-            continue
-        for i in range(n):
-            prefix[i + 1] = prefix[i] + arena[start[p] + i]
-        while c > 0:
+        if n > D and c > 0:
+            for i in range(n):
+                prefix[i + 1] = prefix[i] + arena[start[p] + i]
+        while n > D and c > 0:
             q, m = _pair_partner(n, D, L, prefix, taken, size, cnt, pstart, prows, 32)
             if q < 0:
                 break
             m1, m2 = _pair_of(arena, start, size, q, m)
-            if n_rows + 2 > start.shape[0]:
-                start, size, cnt = _grown_rows(start, size, cnt, n_rows)
-            if top + n + size[q] + D > arena.shape[0]:
-                arena = _grown(arena, top + n + size[q] + D)
-            k = min(c, cnt[q])
-            top = _exchange(arena, top, start, size, cnt, n_rows, p, q, taken, m1, m2, k)
-            n_rows += 2
+            arena, start, size, cnt, n_rows, top, c = _apply(arena, top, start, size, cnt, n_rows, p, q, taken, m1, m2, c)
             exchanges += 1
-            cnt[q] -= k
-            c -= k
-            cnt[p] = c
-    return arena, start, size, cnt, n_rows, top, exchanges
+    return arena, start, size, cnt, n_rows, exchanges
 
 
 @jit
@@ -437,10 +434,10 @@ def _exchange_passes(items, offsets, counts, L, D, passes):
         if not deep:
             break
         arena, start, size, cnt = _pack_arena(items, offsets, counts)
-        arena, start, size, cnt, n_rows, _, exchanges = _repair_pass(arena, start, size, cnt, T, offsets[T], L, D)
+        arena, start, size, cnt, n_rows, exchanges = _repair_pass(arena, start, size, cnt, T, offsets[T], L, D)
         if exchanges == 0:  # no single sequence matches: try pairs
-            arena, start, size, cnt, n_rows, _, exchanges = _pair_pass(arena, start, size, cnt, T, offsets[T], L, D,
-                                                                       PAIR_WIDTH)
+            arena, start, size, cnt, n_rows, exchanges = _pair_pass(arena, start, size, cnt, T, offsets[T], L, D,
+                                                                    PAIR_WIDTH)
         items, offsets, counts = _kept_rows(arena, start, size, cnt, n_rows)
         if exchanges == 0:
             break
