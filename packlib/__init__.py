@@ -47,6 +47,7 @@ _EXPORTS = {
     "balance": "balancing",
     "Schedule": "balancing",
     "transformer_cost": "balancing",
+    "fit_cost": "balancing",
     "BalancedBatchSampler": "sampler",
     "ComparisonTable": "comparison",
 }
@@ -77,7 +78,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
     from ._warmup import warmup  # noqa: F401
     from .blending import BlendedIndex, blend, blend_exhaustive  # noqa: F401
     from .bucketing import Batches, BucketedReadaheadBatchIterator, PackStream, bucket, pack_stream  # noqa: F401
-    from .balancing import Schedule, balance, transformer_cost  # noqa: F401
+    from .balancing import Schedule, balance, fit_cost, transformer_cost  # noqa: F401
     from .comparison import ComparisonTable, compare  # noqa: F401
     from .sampler import BalancedBatchSampler  # noqa: F401
     from .optimal import Certificate, LowerBound, lower_bound, optimal_pack  # noqa: F401

@@ -15,9 +15,14 @@ number of tokens), and the epoch's random order is kept up to a window of steps:
 3. the window's rows, sorted by cost, are cut into steps of neighbours, dealt to ranks
    (largest first, to the least loaded rank with a free micro-batch), and each step's most
    and least loaded ranks exchange sequences while that evens them out and the rows'
-   capacity and depth allow; the window's steps come out in an order in which every run
-   of steps keeps the window's mean sequence length (steps of long and of short sequences
-   alternate), so every part of the epoch keeps the epoch's mean length.
+   capacity and depth allow;
+4. the window's steps come out in a random order (from the seed) in which every run of
+   steps keeps the epoch's mean sequence length: the next step is one of two drawn at random
+   (one of many short sequences, one of few long ones), the one that brings the running
+   count of sequences closer to tokens so far / mean length. What may be random is: ties
+   in cost, which rank takes which load, the order of a step's micro-batch rounds and of
+   the sequences in a row. The epoch's order thus keeps no pattern of the planner's: each
+   tenth of it is as close to the epoch's mean length as the steps allow.
 
 Every rank computes the same :class:`Schedule` from the same lengths, seed and epoch, in
 any process, on any machine, without communicating.
@@ -28,7 +33,9 @@ any process, on any machine, without communicating.
 >>> s
 Schedule(93 steps x 4 ranks x 2 micro-batches, 3,970 samples, 30 dropped, balance=0.9988, efficiency=0.9986)
 >>> [len(mb) for mb in next(s.rank(0))]   # rank 0, first step: its micro-batches of sample ids
-[2, 5]
+[2, 6]
+>>> round(s.micro_batch_balance, 4)       # when ranks meet at every micro-batch (FSDP, ZeRO-3)
+0.9981
 """
 from __future__ import annotations
 
@@ -51,7 +58,7 @@ from ._validate import (
     seed_to_int64,
 )
 
-__all__ = ["balance", "Schedule", "transformer_cost", "round_robin"]
+__all__ = ["balance", "Schedule", "transformer_cost", "fit_cost", "round_robin"]
 
 #: Steps a window spans (the planner reorders samples only within a window): large enough
 #: for every step's rows to find neighbours of similar cost (balance >= 0.99 on the
@@ -105,6 +112,69 @@ def transformer_cost(hidden_size: int, *, causal: bool = True, ffn_multiplier: f
     return 1.0, (b / 2.0 if causal else b)
 
 
+def fit_cost(rows, seconds) -> tuple[float, float]:
+    """Cost coefficients ``(a, b)`` fitted to measured times of packed rows: a row holding
+    sequences of lengths ``l_1 .. l_k`` takes ``a * sum(l) + b * sum(l**2)`` seconds, the
+    model :func:`balance` and :class:`~packlib.BalancedBatchSampler` take. Non-negative
+    least squares (``scipy.optimize.nnls``) over the rows; time rows of varied make-up
+    (one long sequence, many short ones, mixtures) so that both terms show.
+
+    Parameters
+    ----------
+    rows : sequence of array_like of int
+        The timed rows: for each, the lengths of the sequences it holds.
+    seconds : array_like of float
+        The measured time of each row (one forward and backward, say), ``>= 0``.
+
+    Returns
+    -------
+    tuple of float
+        ``(a, b)``, seconds per token and per squared token, both ``>= 0``.
+
+    Raises
+    ------
+    ValueError
+        An empty row, a negative or non-finite time (naming the row), counts that differ,
+        or rows that cannot tell the two terms apart (every row's ``sum(l**2) / sum(l)``
+        the same, e.g. rows of single sequences of one length).
+
+    Examples
+    --------
+    >>> rows = [[4096], [1024] * 4, [256] * 16, [2048, 1024, 512, 512]]
+    >>> seconds = [2e-6 * sum(r) + 1e-9 * sum(l * l for l in r) for r in rows]   # a = 2e-6, b = 1e-9
+    >>> a, b = fit_cost(rows, seconds)
+    >>> round(a / 1e-6, 6), round(b / 1e-9, 6)
+    (2.0, 1.0)
+    """
+    from scipy.optimize import nnls
+
+    if isinstance(rows, (str, bytes)) or not hasattr(rows, "__len__"):
+        raise TypeError(f"rows must be a sequence of rows, each the lengths of its sequences; got {type(rows).__name__}")
+    secs = as_float_array(seconds, "seconds", allow_empty=False)
+    if len(rows) != secs.size:
+        raise ValueError(f"{len(rows)} rows but {secs.size} times: give one time per row")
+    if (secs < 0).any():
+        i = int(np.flatnonzero(secs < 0)[0])
+        raise ValueError(f"seconds[{i}] = {secs[i]} is negative: row {i}'s time must be >= 0")
+    features = np.empty((secs.size, 2), np.float64)
+    for i, row in enumerate(rows):
+        lens = as_lengths(row, None, f"rows[{i}]").astype(np.float64)
+        if lens.size == 0:
+            raise ValueError(f"rows[{i}] is empty: every timed row holds at least one sequence")
+        features[i] = lens.sum(), (lens * lens).sum()
+    ratio = features[:, 1] / features[:, 0]  # the row's mean length, weighted by tokens
+    if ratio.max() <= ratio.min() * (1 + 1e-9):
+        raise ValueError(f"the {secs.size} rows cannot determine both a and b: every row has the same "
+                         f"sum(l**2) / sum(l) = {ratio[0]:g}, so their features are proportional; time rows of "
+                         "different make-up (one long sequence, many short ones)")
+    scale = features.max(axis=0)
+    coef, _ = nnls(features / scale, secs)
+    a, b = (float(x) for x in coef / scale)
+    if a == 0 and b == 0:
+        raise ValueError("the fit gives a = b = 0 (are the times all zero?): measure the rows' times again")
+    return a, b
+
+
 @dataclass(frozen=True, eq=False, repr=False)
 class Schedule:
     """One epoch of balanced steps (see :func:`balance`).
@@ -147,6 +217,22 @@ class Schedule:
         return float(self.cost.sum()) / (self.world_size * worst) if worst > 0 else 1.0
 
     @property
+    def micro_batch_balance(self) -> float:
+        """Balance when ranks meet at every micro-batch (FSDP, ZeRO-3: a collective per
+        layer, so each micro-batch round waits for its slowest rank): total cost /
+        (world_size x the sum over steps and micro-batch rounds ``m`` of the largest cost
+        of a rank's micro-batch ``m``). At most :attr:`balance` (1.0: perfect)."""
+        if not self.num_steps:
+            return 1.0
+        a, b = self.cost_coefficients
+        ln = self.packs.lengths.astype(np.float64)
+        sizes = np.diff(self.packs.offsets)
+        per_pack = np.bincount(np.repeat(np.arange(sizes.size), sizes), weights=a * ln + b * ln * ln,
+                               minlength=sizes.size)
+        worst = float(per_pack.reshape(self.num_steps, self.world_size, self.micro_batches).max(axis=1).sum())
+        return float(per_pack.sum()) / (self.world_size * worst) if worst > 0 else 1.0
+
+    @property
     def efficiency(self) -> float:
         """Tokens / (num_steps x world_size x micro_batches x max_sequence_length)."""
         slots = self.num_steps * self.world_size * self.micro_batches * self.max_sequence_length
@@ -181,8 +267,8 @@ class Schedule:
         return {
             "num_steps": self.num_steps, "world_size": self.world_size, "micro_batches": self.micro_batches,
             "num_samples": self.num_samples, "dropped": int(self.dropped.size), "balance": self.balance,
-            "efficiency": self.efficiency, "max_sequence_length": self.max_sequence_length,
-            "max_sequences_per_pack": self.max_sequences_per_pack, "cost": list(self.cost_coefficients),
+            "micro_batch_balance": self.micro_batch_balance, "efficiency": self.efficiency,
+            "max_sequence_length": self.max_sequence_length, "max_sequences_per_pack": self.max_sequences_per_pack, "cost": list(self.cost_coefficients),
             "seed": self.seed, "epoch": self.epoch, "window": self.window,
         }
 
@@ -203,7 +289,8 @@ class Schedule:
     def _repr_html_(self) -> str:
         rows = [("steps × ranks × micro-batches", f"{self.num_steps:,} × {self.world_size} × {self.micro_batches}"),
                 ("samples (dropped)", f"{self.num_samples:,} ({self.dropped.size:,})"),
-                ("balance", f"{self.balance:.4f}"), ("token efficiency", f"{self.efficiency:.4f}"),
+                ("balance", f"{self.balance:.4f}"), ("balance at every micro-batch", f"{self.micro_batch_balance:.4f}"),
+                ("token efficiency", f"{self.efficiency:.4f}"),
                 ("cost of a sequence", f"{self.cost_coefficients[0]:g}·l + {self.cost_coefficients[1]:.3g}·l²")]
         return _html_table("Schedule", rows)
 
@@ -318,9 +405,8 @@ class _Planner:
         self.offsets, self.items, self.rank_cost, self.dropped = [np.zeros(1, np.int64)], [], [], []
         self.n_items = 0
         self.mean_length = float(lens.sum()) / lens.size
-        # samples scheduled so far minus tokens so far / mean length, across windows (the
-        # seed's bit decides the side of the very first step)
-        self.deviation = 1e-9 if _seed_bit(seed, epoch) else -1e-9
+        # samples scheduled so far minus tokens so far / mean length, across windows
+        self.deviation = 0.0
 
     def run(self, order: np.ndarray, drop_last: bool) -> None:
         lens, rows_per_window = self.lens, self.window * self.W * self.M
@@ -345,7 +431,8 @@ class _Planner:
         """Pack the window's samples into ``n_rows`` rows, balance its steps and append
         them; returns the samples left for the next window."""
         from ._kernels import binpack
-        from ._kernels.balance import balance_window, prefix_balanced_order
+        from ._kernels.balance import balance_window, shuffled_balanced_order
+        from ._kernels.rng import stream_seed
 
         lens = self.lens[ids]
         L = max(1, min(self.L, int(lens.sum())))
@@ -360,18 +447,21 @@ class _Planner:
         if n_rows == 0:
             return carry_ids
         offsets, it = keep  # it: window positions of the kept items, in row order
+        # window w's own generator: ties, rank labels, round and step order, sequences in rows
+        state = np.array([stream_seed(_epoch_seed(self.seed, self.epoch), 1 + w)], np.uint64)
         slot_off, slot_items, rank_cost = balance_window(offsets, lens[it], self.costs[ids[it]], n_rows, self.W,
                                                          self.M, self.L, 0 if self.depth is None else self.depth,
-                                                         min(_ROUNDS_PER_RANK * self.W, _MAX_ROUNDS))
+                                                         min(_ROUNDS_PER_RANK * self.W, _MAX_ROUNDS), state)
         steps = n_rows // step_rows
-        # the window's steps in an order where every run of them keeps the window's mean
-        # sequence length (steps of long and of short sequences alternate): any part of the
-        # epoch keeps the epoch's mean, though the window sorted its rows by cost
+        # the window's steps in a random order in which every run of them keeps the epoch's
+        # mean sequence length (steps of long and of short sequences alternate, drawn at
+        # random from each side): any part of the epoch keeps the epoch's mean, though the
+        # window sorted its rows by cost
         counts = np.diff(slot_off).reshape(steps, step_rows).sum(axis=1)
         csum = np.concatenate(([0], np.cumsum(lens[it][slot_items])))
         tokens = csum[slot_off[1:]] - csum[slot_off[:-1]]
-        perm, self.deviation = prefix_balanced_order(counts, tokens.reshape(steps, step_rows).sum(axis=1),
-                                                     self.mean_length, self.deviation)
+        perm, self.deviation = shuffled_balanced_order(counts, tokens.reshape(steps, step_rows).sum(axis=1),
+                                                       self.mean_length, self.deviation, state)
         self._append(ids[it], slot_off, slot_items, rank_cost, perm, step_rows)
         return carry_ids
 
@@ -420,14 +510,6 @@ def _keep_rows(offsets, idx, lens, n_rows):
 def _epoch_seed(seed: int, epoch: int):
     """The seed of ``epoch``'s shuffle (the kernels' int64 form)."""
     return seed_to_int64((seed + epoch * _GOLDEN) % 2**64)
-
-
-def _seed_bit(seed: int, epoch: int) -> int:
-    """One bit of ``(seed, epoch)`` (splitmix64's finaliser): which side the order starts on."""
-    z = (seed + (epoch + 1) * _GOLDEN) % 2**64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) % 2**64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) % 2**64
-    return (z ^ (z >> 31)) & 1
 
 
 def round_robin(lengths, max_sequence_length, max_sequences_per_pack=None, *, world_size, micro_batches=1,

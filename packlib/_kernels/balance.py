@@ -9,30 +9,55 @@ a swap, whichever brings them closest to even) while the rows' capacity and dept
 import numpy as np
 
 from .._jit import jit
+from .rng import next_below, shuffle_range
 
 
 @jit
-def prefix_balanced_order(samples, tokens, mean, running):
-    """An order of steps (``samples`` and ``tokens`` each) in which every prefix keeps the
-    mean sequence length of the whole: each next step is taken from the side (many short
-    sequences, or few long ones) that brings the running count of sequences closest to
-    ``tokens so far / mean`` (``mean``: the epoch's mean length). Returns ``(order, running)``: ``order[j]`` is the step at position ``j``;
-    ``running`` (in and out) carries the deviation from one window to the next."""
+def shuffled_balanced_order(samples, tokens, mean, running, state):
+    """A random order of steps (``samples`` and ``tokens`` each) in which every prefix keeps
+    the mean sequence length ``mean`` (the epoch's). A step's excess is ``samples - tokens /
+    mean`` (positive: many short sequences; negative: few long ones). One step of each sign
+    is drawn at random from those left (``state``), and the one that brings the running
+    excess closer to zero comes next (a step of large excess thus waits until the steps
+    before it have pulled the running excess to half its size the other way); the other
+    stays drawn. No kind of step keeps a place in the window. Returns ``(order, running)``:
+    ``order[j]`` is the step at position ``j``; ``running`` (in and out) carries the excess
+    from one window to the next."""
     k = samples.size
     dev = np.empty(k, np.float64)
+    neg = np.empty(k, np.int64)
+    pos = np.empty(k, np.int64)
+    n_neg, n_pos = 0, 0
     for i in range(k):
         dev[i] = samples[i] - tokens[i] / mean
-    by_dev = np.argsort(dev, kind="mergesort")
-    lo, hi = 0, k - 1
-    order = np.empty(k, np.int64)
-    for j in range(k):
-        take_low = running > 0.0
-        if take_low:
-            i = by_dev[lo]
-            lo += 1
+        if dev[i] < 0.0:
+            neg[n_neg] = i
+            n_neg += 1
         else:
-            i = by_dev[hi]
-            hi -= 1
+            pos[n_pos] = i
+            n_pos += 1
+    order = np.empty(k, np.int64)
+    c_neg = next_below(state, n_neg) if n_neg else -1  # the drawn step of each side (a slot)
+    c_pos = next_below(state, n_pos) if n_pos else -1
+    for j in range(k):
+        if c_pos < 0:
+            take_neg = True
+        elif c_neg < 0:
+            take_neg = False
+        else:
+            after_neg = abs(running + dev[neg[c_neg]])
+            after_pos = abs(running + dev[pos[c_pos]])
+            take_neg = after_neg < after_pos or (after_neg == after_pos and next_below(state, 2) == 0)
+        if take_neg:
+            i = neg[c_neg]
+            n_neg -= 1
+            neg[c_neg] = neg[n_neg]
+            c_neg = next_below(state, n_neg) if n_neg else -1
+        else:
+            i = pos[c_pos]
+            n_pos -= 1
+            pos[c_pos] = pos[n_pos]
+            c_pos = next_below(state, n_pos) if n_pos else -1
         order[j] = i
         running += dev[i]
     return order, running
@@ -137,13 +162,17 @@ def _refine(items, rows, item_row, item_len, item_cost, row_rank, row_tokens, ro
 
 
 @jit
-def _strata(row_cost, steps, W, M):
-    """The rows of each step: the window's rows sorted by cost form ``steps * M`` groups of
-    ``W`` neighbours, ``M`` bands of ``steps`` groups; each step takes one group of every
-    band (snaking: the costliest group of one band with the cheapest of the next), so its
-    ``M`` micro-batch rounds each hold rows of one cost, and steps mix the bands alike.
-    Returns ``(steps, W * M)`` row ids, each step's rows cost-descending."""
-    by_cost = np.argsort(-row_cost, kind="mergesort")  # stable: ties keep the packer's order
+def _strata(row_cost, steps, W, M, state):
+    """The rows of each step: the window's rows sorted by cost (ties in an order drawn from
+    ``state``) form ``steps * M`` groups of ``W`` neighbours, ``M`` bands of ``steps``
+    groups; each step takes one group of every band (snaking: the costliest group of one
+    band with the cheapest of the next), so its ``M`` micro-batch rounds each hold rows of
+    one cost, and steps mix the bands alike. Returns ``(steps, W * M)`` row ids, band by
+    band, each band cost-descending."""
+    n = row_cost.size
+    shuffled = np.arange(n)
+    shuffle_range(shuffled, 0, n, state)
+    by_cost = shuffled[np.argsort(-row_cost[shuffled], kind="mergesort")]
     out = np.empty((steps, W * M), np.int64)
     for g in range(steps * M):
         band, k = divmod(g, steps)
@@ -153,13 +182,16 @@ def _strata(row_cost, steps, W, M):
 
 
 @jit
-def balance_window(offsets, item_len, item_cost, n_rows, W, M, L, D, rounds):
+def balance_window(offsets, item_len, item_cost, n_rows, W, M, L, D, rounds, state):
     """Steps from one window of ``n_rows = steps * W * M`` rows (CSR ``offsets`` over the
-    window's items; rows past the packed ones are empty).
+    window's items; rows past the packed ones are empty); ``state`` (a generator, see
+    :mod:`.rng`) draws what may be random: the order of rows of equal cost, which rank
+    label each of a step's loads gets, the order of a step's micro-batch rounds and the
+    order of sequences in a row.
 
     Returns ``(slot_offsets, slot_items, rank_cost)``: slot ``k = (step * W + rank) * M + m``
-    holds items ``slot_items[slot_offsets[k]:slot_offsets[k + 1]]``; ``rank_cost`` is
-    ``(steps, W)``.
+    holds items ``slot_items[slot_offsets[k]:slot_offsets[k + 1]]``; its rows of round ``m``
+    are one band of neighbours in cost; ``rank_cost`` is ``(steps, W)``.
     """
     n_items = item_len.size
     packed = offsets.size - 1
@@ -174,7 +206,7 @@ def balance_window(offsets, item_len, item_cost, n_rows, W, M, L, D, rounds):
             row_tokens[r] += item_len[k]
             row_count[r] += 1
     steps = n_rows // (W * M)
-    step_rows = _strata(row_cost, steps, W, M)
+    step_rows = _strata(row_cost, steps, W, M, state)
     row_rank = np.empty(n_rows, np.int64)
     rank_cost = np.zeros((steps, W), np.float64)
     step_of_row = np.empty(n_rows, np.int64)
@@ -199,19 +231,43 @@ def balance_window(offsets, item_len, item_cost, n_rows, W, M, L, D, rounds):
     for st in range(steps):
         _refine(step_items[step_start[st]:step_start[st + 1]], step_rows[st], item_row,
                 item_len, item_cost, row_rank, row_tokens, row_count, rank_cost[st], W, L, D, rounds)
-    slot_offsets, slot_items = _slots(item_row, step_of_row, row_rank, n_rows, W, M)
+    slot_of_row = _layout(step_rows, row_rank, rank_cost, W, M, state)
+    slot_offsets, slot_items = _slots(item_row, slot_of_row, n_rows)
+    for k in range(n_rows):
+        shuffle_range(slot_items, slot_offsets[k], slot_offsets[k + 1], state)
     return slot_offsets, slot_items, rank_cost
 
 
 @jit
-def _slots(item_row, step_of_row, row_rank, n_rows, W, M):
-    """CSR over slots ``(step * W + rank) * M + m``; a rank's rows take ``m`` in row order."""
-    slot_of_row = np.empty(n_rows, np.int64)
-    used = np.zeros(n_rows // M + 1, np.int64)
-    for r in range(n_rows):
-        sr = step_of_row[r] * W + row_rank[r]
-        slot_of_row[r] = sr * M + used[sr]
-        used[sr] += 1
+def _layout(step_rows, row_rank, rank_cost, W, M, state):
+    """The slot ``(step * W + rank) * M + m`` of every row: round ``m`` of a step is one of
+    its bands (the rounds in an order drawn from ``state``), and the step's loads take rank
+    labels in an order drawn from ``state`` (``rank_cost`` rows permuted alike)."""
+    steps = step_rows.shape[0]
+    slot_of_row = np.empty(steps * W * M, np.int64)
+    label = np.empty(W, np.int64)
+    rounds = np.empty(M, np.int64)
+    cost = np.empty(W, np.float64)
+    for st in range(steps):
+        for r in range(W):
+            label[r] = r
+        shuffle_range(label, 0, W, state)
+        for m in range(M):
+            rounds[m] = m
+        shuffle_range(rounds, 0, M, state)
+        for r in range(W):
+            cost[label[r]] = rank_cost[st, r]
+        rank_cost[st, :] = cost
+        for band in range(M):
+            for j in range(W):
+                row = step_rows[st, band * W + j]
+                slot_of_row[row] = (st * W + label[row_rank[row]]) * M + rounds[band]
+    return slot_of_row
+
+
+@jit
+def _slots(item_row, slot_of_row, n_rows):
+    """CSR over slots: the items of every slot, in item order."""
     counts = np.zeros(n_rows + 1, np.int64)
     for k in range(item_row.size):
         counts[slot_of_row[item_row[k]] + 1] += 1
