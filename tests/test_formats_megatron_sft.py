@@ -247,3 +247,31 @@ def test_every_label_once_property(tmp_path_factory, lens, L, depth, overflow, m
         keep = len(r["input_ids"]) if overflow == "split" else min(len(r["input_ids"]), L + 1)
         want.update((r["input_ids"][i], r["loss_mask"][i]) for i in range(1, keep))
     assert got == want
+
+
+EDGE_INTS = [0, 1, 255, 256, 65535, 65536, -1, -256, 2**31 - 1, -(2**31), 2**31, -(2**31) - 1, 2**62, -(2**63)]
+
+
+@pytest.mark.parametrize("kind", ["loss_mask", "answer_start_idx"])
+def test_pickle_written_from_arrays_loads_as_np_save_would(tmp_path, kind):
+    """Every integer width pickle has (and int32 ids): np.load gives the dicts np.save of
+    Python lists would, behind the same .npy header."""
+    rows = [{"input_ids": EDGE_INTS[k:] + EDGE_INTS[:k], **({"loss_mask": [v % 3 == 0 for v in EDGE_INTS]}
+                                                          if kind == "loss_mask" else {"answer_start_idx": k})}
+            for k in range(len(EDGE_INTS))]
+    write_packed(table_of(rows), 40, 3, output=tmp_path / "a.npy")
+    ours = np.load(tmp_path / "a.npy", allow_pickle=True)
+    assert written_sequences(tmp_path / "a.npy") == expected(rows)
+    assert {type(v).__name__ for p in ours for k in ("input_ids", "seq_start_id") for v in p[k]} == {"int"}
+    np.save(tmp_path / "ref.npy", ours.tolist())
+    head = len(np.lib.format.magic(1, 0)) + 2
+    ref_bytes, our_bytes = (tmp_path / "ref.npy").read_bytes(), (tmp_path / "a.npy").read_bytes()
+    hlen = head + int.from_bytes(ref_bytes[8:10], "little")
+    assert our_bytes[:hlen] == ref_bytes[:hlen]
+    assert np.load(tmp_path / "ref.npy", allow_pickle=True).tolist() == ours.tolist()
+    i32 = [v for v in EDGE_INTS if -(2**31) <= v < 2**31]
+    small = pa.table({"input_ids": pa.array([i32[k:] + i32[:k] for k in range(len(i32))], pa.list_(pa.int32())),
+                      "answer_start_idx": [1] * len(i32)})
+    write_packed(small, 20, output=tmp_path / "b.npy")
+    got = sorted(s[0] for s in written_sequences(tmp_path / "b.npy"))
+    assert got == sorted(tuple(i32[k:] + i32[:k]) for k in range(len(i32)))

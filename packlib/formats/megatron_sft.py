@@ -217,28 +217,6 @@ def _order(packs, seed: int):
     return packs.indices[first + np.arange(offsets[-1], dtype=np.int64)], offsets
 
 
-def _gather(ids_off, ids, mask, seg_table_row, seg_start, seg_len, pack_off):
-    """Flat output tokens, rolled mask and sequence offsets of every pack, vectorised."""
-    ntok = seg_len + 1
-    out_begin = np.zeros(ntok.size + 1, np.int64)
-    np.cumsum(ntok, out=out_begin[1:])
-    total = int(out_begin[-1])
-    src = ids_off[seg_table_row] + seg_start
-    local = np.arange(total, dtype=np.int64) - np.repeat(out_begin[:-1], ntok)   # position in its segment
-    tokens = ids[np.repeat(src, ntok) + local]
-    if mask[0] == "mask":
-        m_off, m_vals = mask[1], mask[2]
-        idx = np.repeat(m_off[seg_table_row] + seg_start + 1, ntok) + local
-        np.minimum(idx, max(m_vals.size - 1, 0), out=idx)
-        rolled = m_vals[idx] if m_vals.size else np.zeros(total, bool)
-        rolled[out_begin[1:] - 1] = False                    # mask[1:] + [False], per piece
-    else:
-        answer = mask[1]
-        rolled = local >= np.repeat(answer - 1 - seg_start, ntok)   # true from answer_start_idx - 1
-    starts = out_begin[:-1] - np.repeat(out_begin[pack_off[:-1]], np.diff(pack_off))
-    return tokens, rolled, starts, out_begin
-
-
 def _metadata(seg_len, pack_off, L: int) -> dict:
     """Megatron-Bridge's metadata of this packing (its rounding; Python numbers)."""
     P = pack_off.size - 1
@@ -268,16 +246,71 @@ def _save_atomic(path: str, write) -> None:
         raise
 
 
-def _packs_array(tokens, rolled, starts, out_begin, pack_off) -> np.ndarray:
-    """The object array ``np.save`` writes: one dict of Python lists per pack."""
+# --------------------------------------------------------------------------------------
+# The file: np.save's .npy of an object array, its pickle written from the arrays
+# --------------------------------------------------------------------------------------
+# np.save pickles an object array (protocol 3) as a reduce of numpy's _reconstruct whose
+# state holds the list of items. The frame around the list is taken from numpy's own pickle
+# of an array of the same shape; the items (one dict of three lists per pack) are written
+# as pickle opcodes by a kernel, straight from the token arrays, with no Python object per
+# token. np.load gives the same dicts of Python ints and bools np.save would have.
+
+
+def _key(name: str) -> bytes:
+    b = name.encode()
+    return b"X" + len(b).to_bytes(4, "little") + b       # BINUNICODE
+
+
+_CONSTS = [np.frombuffer(c, np.uint8) for c in (
+    b"}(" + _key(_IDS) + b"](",                           # EMPTY_DICT MARK key EMPTY_LIST MARK
+    b"e" + _key(_MASK) + b"](",                           # APPENDS key EMPTY_LIST MARK
+    b"e" + _key("seq_start_id") + b"](",
+    b"eu")]                                               # APPENDS SETITEMS
+
+
+def _frame(num_packs: int) -> tuple:
+    """What np.save writes before and after the pickled items of ``num_packs`` objects."""
+    import io
+    import pickle
+    import pickletools
+
+    template = np.empty(num_packs, dtype=object)
+    head = io.BytesIO()
+    np.lib.format.write_array_header_1_0(head, np.lib.format.header_data_from_array_1_0(template))
+    body = pickle.dumps(template, protocol=3)
+    first = last = None
+    for op, _, pos in pickletools.genops(body):
+        if first is None and op.name == "EMPTY_LIST":
+            first = pos + 1
+        if op.name == "TUPLE":
+            last = pos
+    return head.getvalue() + body[:first] + b"(", b"e" + body[last:]
+
+
+def _write_npy(f, ids_off, ids, mask, rows_map, seg, order, pack_off, batch_tokens: int = 1 << 24) -> None:
+    """Write the .npy to the open file ``f``, a batch of packs (about ``batch_tokens`` tokens) at a time."""
+    from .._kernels.megatron_sft import pickled_packs
+
     P = pack_off.size - 1
-    out = np.empty(P, dtype=object)
-    tb = out_begin[pack_off]
-    for p in range(P):
-        a, b = int(tb[p]), int(tb[p + 1])
-        out[p] = {"input_ids": tokens[a:b].tolist(), "loss_mask": rolled[a:b].tolist(),
-                  "seq_start_id": starts[pack_off[p]:pack_off[p + 1]].tolist()}
-    return out
+    before, after = _frame(P)
+    f.write(before)
+    cum = np.zeros(P + 1, np.int64)
+    np.cumsum(np.add.reduceat(seg.length[order] + 1, pack_off[:-1]), out=cum[1:])
+    use_mask = mask[0] == "mask"
+    m_off, m_vals = (mask[1], mask[2]) if use_mask else (ids_off, np.zeros(1, bool))
+    p0 = 0
+    while p0 < P:
+        p1 = int(np.searchsorted(cum, cum[p0] + batch_tokens, side="right")) - 1
+        p1 = min(max(p1, p0 + 1), P)
+        sel = order[pack_off[p0]:pack_off[p1]]
+        rows = seg.row[sel]
+        start = seg.start[sel]
+        thresh = start if use_mask else mask[1][rows] - 1 - start
+        table_rows = rows if rows_map is None else rows_map[rows]
+        f.write(pickled_packs(ids, ids_off, m_vals, m_off, thresh, use_mask, table_rows, start, seg.length[sel],
+                              pack_off[p0:p1 + 1] - pack_off[p0], *_CONSTS).data)
+        p0 = p1
+    f.write(after)
 
 
 def write_packed(data, max_sequence_length, max_sequences_per_pack=None, *, output, metadata_output=None,
@@ -348,16 +381,8 @@ def write_packed(data, max_sequence_length, max_sequences_per_pack=None, *, outp
         raise ValueError(f"nothing to pack: all {n.size} rows are empty, null or one token long")
     packs = _methods.pack(seg.length, L, depth, method=m.name, seed=seed)
     order, pack_off = _order(packs, seed)
-    rows = seg.row[order]
-    table_rows = rows if rows_map is None else rows_map[rows]
-    if mask[0] == "answer":
-        mask = ("answer", mask[1][rows])
-    seg_len = seg.length[order]
-    tokens, rolled, starts, out_begin = _gather(ids_off, ids, mask, table_rows, seg.start[order], seg_len, pack_off)
-    meta = _metadata(seg_len, pack_off, L)
-    packed = _packs_array(tokens, rolled, starts, out_begin, pack_off)
-    del tokens, rolled
-    _save_atomic(output, lambda f: np.save(f, packed))
+    meta = _metadata(seg.length[order], pack_off, L)
+    _save_atomic(output, lambda f: _write_npy(f, ids_off, ids, mask, rows_map, seg, order, pack_off))
     if metadata_output is not None:
         text = json.dumps(existing + [meta]).encode()
         _save_atomic(metadata_output, lambda f: f.write(text))

@@ -1,0 +1,232 @@
+"""Benchmark: Megatron-Bridge's packed SFT file, packlib against Megatron-Bridge's own packing.
+
+    python benchmarks/bench_megatron_sft.py            # plans at 30,000 and 1,000,000; the file at 30,000
+    python benchmarks/bench_megatron_sft.py --quick    # plans and the file at 10,000
+
+Baseline: Megatron-Bridge 0.3.1's own ``packing_utils`` (``create_packing_strategy`` with
+``first_fit_shuffle``, its default, and ``first_fit_decreasing``; ``create_hist`` and
+``fill_packing_strategy`` for the file), loaded from its wheel by ``tests/naive_megatron_sft.py``
+(``pip install --no-deps megatron-bridge==0.3.1 megatron-core==0.16.1``).
+
+Input: SFT-like sequence lengths, lognormal (mu 6.1, sigma 0.9: mean ~660 tokens) clipped to
+[8, 4097] tokens, seed 0; ``packed_sequence_size`` L = 4,096. A sequence of ``n`` tokens
+takes ``n - 1`` positions of a pack (Megatron-Bridge's count), and the bound is
+⌈Σ (n - 1) / L⌉. With these lengths Megatron-Bridge's default lands 0.39 % above the bound
+at 30,000 sequences, as in issue 31's measurement.
+
+1. **Plan** (lengths -> which sequences share a pack): ``create_packing_strategy`` against
+   ``packlib.pack(..., method="optimal")``. Megatron-Bridge's first fit scans every open
+   bin (recomputing its sum) for every sequence, so its time grows with sequences × packs:
+   beyond 30,000 it is not run; its time at 1 M is extrapolated from the times measured
+   at 10,000, 20,000 and 30,000 (a fit ``t = a n²``, said so in the table), and its packs
+   at 1 M come from a first fit over the same order written here with a segment tree
+   (the same packs as Megatron-Bridge's code: checked at the measured sizes).
+2. **File** (tokenised rows -> the ``.npy`` + metadata): ``create_hist`` +
+   ``create_packing_strategy`` + ``fill_packing_strategy`` + ``np.save`` on the list of
+   row dicts Megatron-Bridge tokenises into, against ``write_packed`` on the same rows as
+   an Arrow table (random token ids, a per-token ``loss_mask``). Not run at 1 M: ~660 M
+   tokens as the Python lists both files are made of take ~25 GB.
+
+Peak memory: the process's resident set, sampled every millisecond by a thread, above its
+level before the call. The machine is shared: compare the ratios, measured in one process.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import pathlib
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import packlib  # noqa: E402
+from benchmarks._common import fmt  # noqa: E402
+from tests import naive_megatron_sft as naive  # noqa: E402
+
+L = 4096
+ALGOS = ("first_fit_shuffle", "first_fit_decreasing")
+
+
+def sft_lengths(n: int, seed: int = 0) -> np.ndarray:
+    """Tokens per sequence: lognormal (mu 6.1, sigma 0.9) clipped to [8, L + 1]."""
+    x = np.random.default_rng(seed).lognormal(6.1, 0.9, n)
+    return np.clip(np.rint(x), 8, L + 1).astype(np.int64)
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def measured(fn):
+    """(wall seconds, peak RSS above the start in bytes, result) of one call."""
+    gc.collect()
+    start = rss_bytes()
+    peak = [start]
+    stop = threading.Event()
+
+    def sample():
+        while not stop.is_set():
+            peak[0] = max(peak[0], rss_bytes())
+            time.sleep(0.001)
+
+    t = threading.Thread(target=sample, daemon=True)
+    t.start()
+    t0 = time.perf_counter()
+    try:
+        out = fn()
+    finally:
+        wall = time.perf_counter() - t0
+        stop.set()
+        t.join()
+    return wall, max(peak[0], rss_bytes()) - start, out
+
+
+def first_fit(order, capacity: int) -> np.ndarray:
+    """Bin loads of first fit over ``order`` (each item to the first open bin with room),
+    with a max segment tree over the bins' free space: the packs Megatron-Bridge's
+    ``first_fit`` makes, in O(n log n) instead of O(n × bins)."""
+    n = len(order)
+    size = 1
+    while size < max(n, 1):
+        size *= 2
+    free = [capacity] * (2 * size)      # unopened bins have all their room: the leftmost fitting leaf is the bin
+    used = 0
+    for s in order:
+        i = 1
+        while i < size:
+            i = 2 * i if free[2 * i] >= s else 2 * i + 1
+        free[i] -= s
+        used = max(used, i - size + 1)
+        i //= 2
+        while i:
+            free[i] = max(free[2 * i], free[2 * i + 1])
+            i //= 2
+    return capacity - np.asarray(free[size:size + used])
+
+
+def megatron_order(cost: np.ndarray, algo: str, seed: int) -> list:
+    """The order Megatron-Bridge's packer visits the lengths in (its shuffle from numpy's global state)."""
+    seqlens = [int(i) for i, c in enumerate(np.bincount(cost, minlength=L + 1)) for _ in range(c)]
+    if algo == "first_fit_decreasing":
+        return sorted(seqlens, reverse=True)
+    np.random.seed(seed)
+    np.random.shuffle(seqlens)
+    return seqlens
+
+
+def megatron_plan(cost: np.ndarray, algo: str, seed: int = 0):
+    mb = naive.load()
+    hist = np.bincount(cost, minlength=L + 1).tolist()
+    np.random.seed(seed)
+    return mb.packing.create_packing_strategy(hist, L, algo)
+
+
+def plan_rows(n: int, measured_sizes, rows: list) -> None:
+    cost = sft_lengths(n) - 1
+    bound = -(-int(cost.sum()) // L)
+    packlib.pack(cost[:1000], L, method="optimal")                      # compiled before timing
+    for method in ("optimal", "ffd"):
+        times = []
+        for _ in range(3):
+            wall, peak, packs = measured(lambda: packlib.pack(cost, L, method=method, seed=0))
+            times.append((wall, peak))
+        wall, peak = sorted(times)[1]
+        rows.append((n, f"packlib {method}", packs.num_packs, bound, wall, peak, "measured"))
+    for algo in ALGOS:
+        if n in measured_sizes:
+            wall, peak, (assign, _) = measured(lambda: megatron_plan(cost, algo))
+            ours = first_fit(megatron_order(cost, algo, 0), L)
+            assert sorted(ours.tolist()) == sorted(sum(a) for a in assign), "first_fit differs from Megatron-Bridge"
+            rows.append((n, f"Megatron-Bridge {algo}", len(assign), bound, wall, peak, "measured"))
+        else:
+            ts = [(m, t) for (m, name, *_, t, _p, how) in rows if name.endswith(algo) and how == "measured"]
+            a = sum(t * m * m for m, t in ts) / sum(m ** 4 for m, _ in ts)       # least squares t = a n^2
+            packs = first_fit(megatron_order(cost, algo, 0), L).size
+            rows.append((n, f"Megatron-Bridge {algo}", packs, bound, a * n * n, None,
+                         f"extrapolated a·n² from {', '.join(f'{m:,}' for m, _ in ts)}; packs by the same first fit"))
+
+
+def file_rows(n: int, rows: list) -> None:
+    import pyarrow as pa
+
+    from packlib.formats.megatron_sft import write_packed
+
+    lens = sft_lengths(n)
+    rng = np.random.default_rng(1)
+    off = np.zeros(n + 1, np.int64)
+    np.cumsum(lens, out=off[1:])
+    ids = rng.integers(1, 128_000, int(off[-1]), dtype=np.int32)
+    mask = rng.random(ids.size) < 0.7
+    table = pa.table({"input_ids": pa.ListArray.from_arrays(pa.array(off.astype(np.int32)), pa.array(ids)),
+                      "loss_mask": pa.ListArray.from_arrays(pa.array(off.astype(np.int32)), pa.array(mask))})
+    dict_rows = [{"input_ids": ids[a:b].tolist(), "loss_mask": mask[a:b].tolist()} for a, b in zip(off[:-1], off[1:])]
+    bound = -(-int((lens - 1).sum()) // L)
+    mb = naive.load()
+    with tempfile.TemporaryDirectory() as d:
+        write_packed(table.slice(0, 100), L, output=os.path.join(d, "w.npy"))      # compiled before timing
+
+        def theirs(algo):
+            np.random.seed(0)
+            sequences, histogram = mb.packing.create_hist(np.array(dict_rows), L)
+            assign, meta = mb.packing.create_packing_strategy(histogram, L, algo)
+            out = mb.packing.fill_packing_strategy(assign, sequences, L, 0)
+            np.save(os.path.join(d, "theirs.npy"), out)
+            return len(out)
+
+        for method in ("optimal",):
+            wall, peak, rep = measured(lambda: write_packed(table, L, output=os.path.join(d, "ours.npy"),
+                                                            metadata_output=os.path.join(d, "m.json"), method=method))
+            rows.append((n, f"packlib write_packed ({method})", rep["packs"], bound, wall, peak, "measured"))
+        for algo in ALGOS:
+            wall, peak, packs = measured(lambda: theirs(algo))
+            rows.append((n, f"Megatron-Bridge {algo} + fill + save", packs, bound, wall, peak, "measured"))
+
+
+def print_table(title: str, rows: list) -> None:
+    print(f"\n### {title}\n")
+    print("| sequences | packer | packs | above ⌈tokens/L⌉ | time | peak RSS | ratio (time / packlib) | how |")
+    print("|---|---|---|---|---|---|---|---|")
+    for n, name, packs, bound, wall, peak, how in rows:
+        ours = next(r[4] for r in rows if r[0] == n and r[1].startswith("packlib") and "ffd" not in r[1])
+        above = packs - bound
+        mem = "—" if peak is None else f"{peak / 2**20:,.0f} MiB"
+        ratio = "1" if name.startswith("packlib") and "ffd" not in name else f"{wall / ours:,.0f}x"
+        t = fmt(wall) if wall < 600 else f"{wall / 3600:.1f} h"
+        print(f"| {n:,} | {name} | {packs:,} | {above:,} ({above / bound:.3%}) | {t} | {mem} | {ratio} | {how} |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="10,000 sequences only")
+    args = ap.parse_args()
+    reason = naive.missing_reason()
+    if reason:
+        sys.exit(f"Megatron-Bridge is needed as the baseline: {reason}")
+    naive.load()
+    print(f"# L = {L:,}; SFT-like lengths (lognormal 6.1 / 0.9, [8, {L + 1}] tokens, seed 0); "
+          f"load average {os.getloadavg()[0]:.1f}")
+    rows: list = []
+    if args.quick:
+        plan_rows(10_000, {10_000}, rows)
+    else:
+        for n in (10_000, 20_000, 30_000):
+            plan_rows(n, {10_000, 20_000, 30_000}, rows)
+        plan_rows(1_000_000, set(), rows)
+        rows = [r for r in rows if r[0] in (30_000, 1_000_000)]
+    print_table("Plan: lengths -> packs (create_packing_strategy vs packlib.pack)", rows)
+    rows = []
+    file_rows(10_000 if args.quick else 30_000, rows)
+    print_table("File: tokenised rows -> packed .npy (create_hist + create_packing_strategy + "
+                "fill_packing_strategy + np.save vs write_packed)", rows)
+
+
+if __name__ == "__main__":
+    main()
