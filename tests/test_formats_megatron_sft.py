@@ -275,3 +275,32 @@ def test_pickle_written_from_arrays_loads_as_np_save_would(tmp_path, kind):
     write_packed(small, 20, output=tmp_path / "b.npy")
     got = sorted(s[0] for s in written_sequences(tmp_path / "b.npy"))
     assert got == sorted(tuple(i32[k:] + i32[:k]) for k in range(len(i32)))
+
+
+def test_pack_dataset_cli_megatron_sft(tmp_path, capsys):
+    """``python -m packlib pack-dataset ... --format megatron-sft``: several Parquet files in,
+    the same file write_packed writes out; errors name the file and its row."""
+    pq = pytest.importorskip("pyarrow.parquet")
+    from packlib.cli import main
+
+    rows = sft_rows(90, seed=6, kind="loss_mask")
+    for k in range(3):
+        pq.write_table(table_of(rows[30 * k:30 * (k + 1)]), tmp_path / f"part{k}.parquet")
+    meta = tmp_path / "meta.json"
+    argv = ["pack-dataset", str(tmp_path / "*.parquet"), "--format", "megatron-sft", "--output",
+            str(tmp_path / "train.npy"), "--metadata-output", str(meta), "--max-sequence-length", "64"]
+    assert main(argv) == 0
+    assert "written to" in capsys.readouterr().out
+    write_packed(table_of(rows), 64, output=tmp_path / "direct.npy")
+    assert (tmp_path / "train.npy").read_bytes() == (tmp_path / "direct.npy").read_bytes()
+    assert json.loads(meta.read_text())[0]["pack_size"] == 64
+    bad = [dict(r) for r in rows[:30]]
+    bad[7]["loss_mask"] = bad[7]["loss_mask"][:-1]
+    pq.write_table(table_of(bad), tmp_path / "part1.parquet")
+    assert main(argv[:5] + [str(tmp_path / "x.npy")] + argv[6:]) == 2
+    err = capsys.readouterr().err
+    assert "part1.parquet row 7" in err and "'loss_mask'" in err
+    assert not (tmp_path / "x.npy").exists()
+    assert main(argv + ["--engine", "ray"]) == 2
+    assert main(["pack-dataset", str(tmp_path / "*.parquet"), "-o", str(tmp_path / "d"), "--seq-length", "8",
+                 "--metadata-output", str(meta)]) == 2

@@ -8,8 +8,8 @@ nothing written to the output directory.
 >>> parser = argparse.ArgumentParser()
 >>> configure_parser(parser)
 >>> args = parser.parse_args(["data/*.parquet", "--output", "packed", "--seq-length", "2048", "--overflow", "split"])
->>> args.max_sequence_length, args.overflow, args.engine, args.method
-(2048, 'split', 'local', 'bfd')
+>>> args.max_sequence_length, args.overflow, args.engine, args.format
+(2048, 'split', 'local', 'parquet')
 """
 from __future__ import annotations
 
@@ -48,13 +48,15 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.description = ("Pack Parquet files, datasets save_to_disk directories or unpacked MLPerf BERT TFRecords "
                           "into packed Parquet files (part-NNNNN-of-NNNNN.parquet + _packing_metadata.json), in "
                           "bounded memory, on this machine or a Ray cluster. The output is the same whatever the "
-                          "engine and worker count.")
+                          "engine and worker count. With --format megatron-sft: Megatron-Bridge's packed .npy file "
+                          "and its metadata list instead (packed in memory).")
     parser.add_argument("inputs", nargs="+", metavar="INPUT", help="Parquet / Arrow / TFRecord files, directories or globs")
     parser.add_argument("--output", "-o", required=True, metavar="DIR", help="output directory (must not exist, or be empty)")
     parser.add_argument("--max-sequence-length", "--seq-length", dest="max_sequence_length", type=_positive,
                         required=True, metavar="N", help="pack capacity in tokens (--seq-length: TRL's name)")
     parser.add_argument("--columns", nargs="+", metavar="C", help="list columns to pack together (default: every list column)")
-    parser.add_argument("--method", default="bfd", choices=list(methods.names()) + ["nnlshp"], help="packing method (default bfd)")
+    parser.add_argument("--method", default=None, choices=list(methods.names()) + ["nnlshp"],
+                        help="packing method (default bfd; optimal with --format megatron-sft)")
     parser.add_argument("--max-sequences-per-pack", type=_depth, default=None, metavar="K",
                         help="at most K sequences per pack (default unlimited)")
     parser.add_argument("--overflow", choices=["error", "truncate", "split"], default="error",
@@ -72,6 +74,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="progress bars per pass (default: when stderr is a terminal)")
     parser.add_argument("--verify", action=argparse.BooleanOptionalAction, default=True,
                         help="re-read the output and check every input sequence appears exactly once (default on)")
+    parser.add_argument("--format", choices=["parquet", "megatron-sft"], default="parquet",
+                        help="parquet: a directory of packed Parquet files (default); megatron-sft: Megatron-Bridge's "
+                             "packed .npy file (--output FILE.npy; input_ids and loss_mask or answer_start_idx "
+                             "columns), packed in this process")
+    parser.add_argument("--metadata-output", default=None, metavar="FILE",
+                        help="with --format megatron-sft: the packing metadata JSON list to append to")
     if not any("--debug" in a.option_strings for a in parser._actions):  # the main parser may share it
         parser.add_argument("--debug", action="store_true", help="show tracebacks")
 
@@ -89,6 +97,12 @@ def run(args: argparse.Namespace) -> int:
 
     if args.ray_address and args.engine != "ray":
         args.engine = "ray"
+    if getattr(args, "format", "parquet") == "megatron-sft":
+        return _run_megatron_sft(args)
+    if getattr(args, "metadata_output", None) is not None:
+        print("error: --metadata-output goes with --format megatron-sft", file=sys.stderr)
+        return 2
+    args.method = args.method or "bfd"
     try:
         result = pack_files(args.inputs, args.max_sequence_length, args.max_sequences_per_pack, output=args.output,
                             columns=args.columns, method=args.method, overflow=args.overflow,
@@ -106,4 +120,28 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt as exc:
         return report_interrupt(exc)
     print(result.summary())
+    return 0
+
+
+def _run_megatron_sft(args: argparse.Namespace) -> int:
+    """``--format megatron-sft``: one .npy file (and the metadata list), written in this process."""
+    from ._megatron_sft import pack_files_megatron_sft
+
+    if args.engine != "local" or args.rows_per_file is not None or args.workers is not None:
+        print("error: --format megatron-sft writes one file in this process; leave out --engine, --workers, "
+              "--ray-address and --rows-per-file", file=sys.stderr)
+        return 2
+    try:
+        r = pack_files_megatron_sft(args.inputs, args.max_sequence_length, args.max_sequences_per_pack,
+                                    output=args.output, metadata_output=args.metadata_output,
+                                    method=args.method or "optimal", overflow=args.overflow, seed=args.seed)
+    except (ValueError, TypeError, OSError, MemoryError) as exc:
+        if getattr(args, "debug", False):
+            raise
+        print(f"error: {' '.join(str(exc).split()) or type(exc).__name__}", file=sys.stderr)
+        return 2
+    meta = f"; metadata appended to {r['metadata_output']}" if r["metadata_output"] else ""
+    print(f"{r['packs']:,} packs of {r['sequences']:,} sequences ({r['packs_over_bound']:,} above "
+          f"ceil(tokens / {args.max_sequence_length:,}) = {r['bound']:,}) from {r['files']:,} file(s) "
+          f"written to {r['output']}{meta}")
     return 0
