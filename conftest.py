@@ -19,6 +19,7 @@ OPTIONAL_MODULES = {
     "packlib/formats/hdf5.py": ("h5py",),
     "packlib/arrow.py": ("pyarrow",),
     "packlib/formats/arrow.py": ("pyarrow",),
+    "packlib/formats/megatron_sft.py": ("pyarrow",),
     "packlib/hf.py": ("datasets", "pyarrow"),
     "packlib/formats/hf.py": ("datasets", "pyarrow"),
     "packlib/ray.py": ("ray",),

@@ -24,8 +24,10 @@ at 30,000 sequences, as in issue 31's measurement.
 2. **File** (tokenised rows -> the ``.npy`` + metadata): ``create_hist`` +
    ``create_packing_strategy`` + ``fill_packing_strategy`` + ``np.save`` on the list of
    row dicts Megatron-Bridge tokenises into, against ``write_packed`` on the same rows as
-   an Arrow table (random token ids, a per-token ``loss_mask``). Not run at 1 M: ~660 M
-   tokens as the Python lists both files are made of take ~25 GB.
+   an Arrow table (random token ids, a per-token ``loss_mask``), and ``np.load`` of the
+   file (what each rank's ``GPTSFTPackedDataset`` does). At 1 M only ``write_packed`` runs:
+   Megatron-Bridge's path holds ~660 M tokens as Python lists (~25 GB) before it writes.
+   Files go to a temporary directory (``BENCH_TMP`` chooses where).
 
 Peak memory: the process's resident set, sampled every millisecond by a thread, above its
 level before the call. The machine is shared: compare the ratios, measured in one process.
@@ -34,8 +36,10 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import os
 import pathlib
+import subprocess
 import sys
 import tempfile
 import threading
@@ -154,24 +158,52 @@ def plan_rows(n: int, measured_sizes, rows: list) -> None:
                          f"extrapolated a·n² from {', '.join(f'{m:,}' for m, _ in ts)}; packs by the same first fit"))
 
 
-def file_rows(n: int, rows: list) -> None:
+def sft_table(n: int):
+    """``n`` tokenised rows: the Arrow table (built in chunks: no large temporaries left
+    freed in the process to blur the memory figures), and the lengths."""
     import pyarrow as pa
-
-    from packlib.formats.megatron_sft import write_packed
 
     lens = sft_lengths(n)
     rng = np.random.default_rng(1)
     off = np.zeros(n + 1, np.int64)
     np.cumsum(lens, out=off[1:])
-    ids = rng.integers(1, 128_000, int(off[-1]), dtype=np.int32)
-    mask = rng.random(ids.size) < 0.7
-    table = pa.table({"input_ids": pa.ListArray.from_arrays(pa.array(off.astype(np.int32)), pa.array(ids)),
-                      "loss_mask": pa.ListArray.from_arrays(pa.array(off.astype(np.int32)), pa.array(mask))})
-    dict_rows = [{"input_ids": ids[a:b].tolist(), "loss_mask": mask[a:b].tolist()} for a, b in zip(off[:-1], off[1:])]
+    ids = np.empty(int(off[-1]), np.int32)
+    mask = np.empty(ids.size, bool)
+    for a in range(0, ids.size, 1 << 22):
+        b = min(a + (1 << 22), ids.size)
+        ids[a:b] = rng.integers(1, 128_000, b - a, dtype=np.int32)
+        mask[a:b] = rng.random(b - a, dtype=np.float32) < 0.7
+    offsets = pa.array(off.astype(np.int32) if off[-1] < 2**31 else off)
+    cls = pa.ListArray if offsets.type == pa.int32() else pa.LargeListArray
+    table = pa.table({"input_ids": cls.from_arrays(offsets, pa.array(ids)),
+                      "loss_mask": cls.from_arrays(offsets, pa.array(mask))})
+    return table, lens
+
+
+def file_rows(n: int, rows: list, megatron: bool = True) -> None:
+    from packlib.formats.megatron_sft import write_packed
+
+    table, lens = sft_table(n)
     bound = -(-int((lens - 1).sum()) // L)
-    mb = naive.load()
-    with tempfile.TemporaryDirectory() as d:
+    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as d:
         write_packed(table.slice(0, 100), L, output=os.path.join(d, "w.npy"))      # compiled before timing
+        ours = os.path.join(d, "ours.npy")
+        wall, peak, rep = measured(lambda: write_packed(table, L, output=ours, metadata_output=os.path.join(d, "m.json")))
+        size = os.path.getsize(ours)
+        rows.append((n, "packlib write_packed (optimal)", rep["packs"], bound, wall, peak,
+                     f"measured; file {size / 2**20:,.0f} MiB"))
+        if not megatron:
+            return
+        wall, peak, loaded = measured(lambda: np.load(ours, allow_pickle=True))
+        rows.append((n, "np.load of that file (each rank's reader)", len(loaded), bound, wall, peak,
+                     f"measured; {peak / int(lens.sum()):.0f} bytes per token held"))
+        del loaded
+        ids = table.column("input_ids").combine_chunks()
+        mask = table.column("loss_mask").combine_chunks()
+        off, iv, mv = ids.offsets.to_numpy(), ids.values.to_numpy(), mask.values.to_numpy(zero_copy_only=False)
+        del table
+        dict_rows = [{"input_ids": iv[a:b].tolist(), "loss_mask": mv[a:b].tolist()} for a, b in zip(off[:-1], off[1:])]
+        mb = naive.load()
 
         def theirs(algo):
             np.random.seed(0)
@@ -181,10 +213,6 @@ def file_rows(n: int, rows: list) -> None:
             np.save(os.path.join(d, "theirs.npy"), out)
             return len(out)
 
-        for method in ("optimal",):
-            wall, peak, rep = measured(lambda: write_packed(table, L, output=os.path.join(d, "ours.npy"),
-                                                            metadata_output=os.path.join(d, "m.json"), method=method))
-            rows.append((n, f"packlib write_packed ({method})", rep["packs"], bound, wall, peak, "measured"))
         for algo in ALGOS:
             wall, peak, packs = measured(lambda: theirs(algo))
             rows.append((n, f"Megatron-Bridge {algo} + fill + save", packs, bound, wall, peak, "measured"))
@@ -192,13 +220,13 @@ def file_rows(n: int, rows: list) -> None:
 
 def print_table(title: str, rows: list) -> None:
     print(f"\n### {title}\n")
-    print("| sequences | packer | packs | above ⌈tokens/L⌉ | time | peak RSS | ratio (time / packlib) | how |")
+    print("| sequences | packer | packs | above ⌈tokens/L⌉ | time | peak RSS above start | ratio (time / packlib) | how |")
     print("|---|---|---|---|---|---|---|---|")
     for n, name, packs, bound, wall, peak, how in rows:
         ours = next(r[4] for r in rows if r[0] == n and r[1].startswith("packlib") and "ffd" not in r[1])
         above = packs - bound
         mem = "—" if peak is None else f"{peak / 2**20:,.0f} MiB"
-        ratio = "1" if name.startswith("packlib") and "ffd" not in name else f"{wall / ours:,.0f}x"
+        ratio = f"{wall / ours:,.2f}x" if wall < 10 * ours else f"{wall / ours:,.0f}x"
         t = fmt(wall) if wall < 600 else f"{wall / 3600:.1f} h"
         print(f"| {n:,} | {name} | {packs:,} | {above:,} ({above / bound:.3%}) | {t} | {mem} | {ratio} | {how} |")
 
@@ -206,7 +234,14 @@ def print_table(title: str, rows: list) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="10,000 sequences only")
+    ap.add_argument("--no-file-1m", action="store_true", help="skip write_packed at 1 M (~8 GB of memory, a 4 GB file)")
+    ap.add_argument("--file-child", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.file_child:
+        rows = []
+        file_rows(args.file_child, rows, megatron=False)
+        print(json.dumps(rows))
+        return
     reason = naive.missing_reason()
     if reason:
         sys.exit(f"Megatron-Bridge is needed as the baseline: {reason}")
@@ -224,6 +259,11 @@ def main() -> None:
     print_table("Plan: lengths -> packs (create_packing_strategy vs packlib.pack)", rows)
     rows = []
     file_rows(10_000 if args.quick else 30_000, rows)
+    if not args.quick and not args.no_file_1m:    # in a fresh process, so its memory figure is its own
+        out = subprocess.run([sys.executable, __file__, "--file-child", "1000000"], capture_output=True, text=True)
+        if out.returncode:
+            sys.exit(out.stderr)
+        rows += [tuple(r) for r in json.loads(out.stdout.splitlines()[-1])]
     print_table("File: tokenised rows -> packed .npy (create_hist + create_packing_strategy + "
                 "fill_packing_strategy + np.save vs write_packed)", rows)
 

@@ -11,6 +11,8 @@ Submodules (each imported on first use; optional dependencies only inside them):
   ``seq_idx``; Hugging Face, Megatron ``thd`` and torchtune batches).
 - :mod:`~packlib.formats.arrow`: pack Arrow tables and Hugging Face datasets whole, with
   TRL's ``seq_lengths`` column (needs ``pyarrow``; ``datasets`` for datasets).
+- :mod:`~packlib.formats.megatron_sft`: Megatron-Bridge / NeMo packed SFT files (the
+  ``.npy`` ``GPTSFTPackedDataset`` reads, and its metadata; needs ``pyarrow``).
 
 >>> import packlib
 >>> packlib.formats.varlen.cu_seqlens([3, 5, 2]).tolist()
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 from importlib import import_module
 
-_SUBMODULES = ("tfrecord", "example", "mlperf_bert", "hdf5", "varlen", "arrow")
+_SUBMODULES = ("tfrecord", "example", "mlperf_bert", "hdf5", "varlen", "arrow", "megatron_sft")
 _EXPORTS = {
     "read_tfrecord": "tfrecord",
     "write_tfrecord": "tfrecord",

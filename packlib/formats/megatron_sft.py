@@ -47,7 +47,7 @@ from .._validate import as_capacity, as_depth, as_seed
 from .arrow._columns import _chunks, _column_lengths, _datasets, _is_list, _pyarrow
 from .arrow._segments import _as_overflow, make_segments
 
-__all__ = ["write_packed", "METADATA_KEYS"]
+__all__ = ["write_packed"]
 
 #: The keys of the metadata dict Megatron-Bridge's ``create_packing_strategy`` records.
 METADATA_KEYS = ("dataset_max_seqlen", "max_samples_per_bin", "packing_factor", "packing_efficiency",
