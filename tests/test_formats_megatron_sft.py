@@ -304,3 +304,18 @@ def test_pack_dataset_cli_megatron_sft(tmp_path, capsys):
     assert main(argv + ["--engine", "ray"]) == 2
     assert main(["pack-dataset", str(tmp_path / "*.parquet"), "-o", str(tmp_path / "d"), "--seq-length", "8",
                  "--metadata-output", str(meta)]) == 2
+
+
+def test_integer_masks_and_sliced_tables(tmp_path):
+    """A 0/1 integer mask reads as the boolean one; a slice of a table (its values starting
+    mid-byte of the mask's bitmap) packs only its own rows."""
+    rows = sft_rows(40, seed=9)
+    t = table_of(rows)
+    as_int = t.set_column(1, "loss_mask", pa.array([[int(v) for v in r["loss_mask"]] for r in rows],
+                                                   pa.list_(pa.int8())))
+    write_packed(t, 48, output=tmp_path / "b.npy")
+    write_packed(as_int, 48, output=tmp_path / "i.npy")
+    assert (tmp_path / "b.npy").read_bytes() == (tmp_path / "i.npy").read_bytes()
+    for table in (t, as_int):
+        write_packed(table.slice(3, 20), 48, output=tmp_path / "s.npy")
+        assert written_sequences(tmp_path / "s.npy") == expected(rows[3:23])

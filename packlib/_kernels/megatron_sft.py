@@ -8,7 +8,8 @@ BININT2, BININT or, outside 32 bits, LONG1 of 8 bytes; booleans NEWTRUE / NEWFAL
 
 Segment ``s`` (in output order) is tokens ``seg_start[s] : seg_start[s] + seg_len[s] + 1``
 of table row ``seg_row[s]``; its rolled loss mask is, with ``use_mask``, the row's mask
-shifted by one with ``False`` last, else true from local position ``thresh[s]`` on.
+(bits of the little-endian bitmap ``mvals`` from ``m_off[row]``) shifted by one with
+``False`` last, else true from local position ``thresh[s]`` on.
 """
 import numpy as np
 
@@ -96,7 +97,8 @@ def pickled_packs(ids, ids_off, mvals, m_off, thresh, use_mask, seg_row, seg_sta
             if use_mask:
                 mb = m_off[seg_row[s]] + seg_start[s]
                 for j in range(n - 1):
-                    out[q] = _TRUE if mvals[mb + j + 1] else _FALSE
+                    i = mb + j + 1
+                    out[q] = _TRUE if (mvals[i >> 3] >> (i & 7)) & 1 else _FALSE
                     q += 1
                 out[q] = _FALSE
                 q += 1

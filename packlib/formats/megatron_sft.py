@@ -117,8 +117,26 @@ def _flat(column, name: str, kind: str) -> tuple:
         want = "integer" if kind == "ids" else "boolean or integer"
         raise TypeError(f"column {name!r} holds {t} values; it must be a list of {want} values")
     off = arr.offsets.to_numpy().astype(np.int64)
-    values = arr.values.to_numpy(zero_copy_only=False)
-    return off, values
+    values = arr.values.slice(int(off[0]), int(off[-1] - off[0]))     # a sliced array's own values only
+    off -= off[0]
+    if kind == "mask":
+        return off, _bitmap(values)
+    return off, values.to_numpy(zero_copy_only=False)
+
+
+def _bitmap(values) -> np.ndarray:
+    """Mask values as a little-endian bitmap, bit ``i`` for value ``i`` (a boolean column's own
+    bits when they start on a byte; nonzero numbers are true)."""
+    pa = _pyarrow()
+    if pa.types.is_boolean(values.type):
+        buf = values.buffers()[1]
+        if values.offset % 8 == 0 and buf is not None:
+            start = values.offset // 8
+            return np.frombuffer(buf, np.uint8, count=start + (len(values) + 7) // 8)[start:]
+        values = values.to_numpy(zero_copy_only=False)
+    else:
+        values = values.to_numpy(zero_copy_only=False) != 0
+    return np.packbits(values, bitorder="little")
 
 
 def _valid(column) -> np.ndarray:
@@ -126,7 +144,7 @@ def _valid(column) -> np.ndarray:
                           [np.zeros(0, bool)])
 
 
-def _bad_row(what: str, rows_map, i: int) -> str:
+def _bad_row(rows_map, i: int) -> str:
     return f"row {i}" if rows_map is None else f"row {i} (table row {int(rows_map[i])})"
 
 
@@ -155,15 +173,15 @@ def _read_rows(table, rows_map):
         bad = (n > 0) & ~m_valid
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
-            raise ValueError(f"column {_MASK!r} is null in {_bad_row(_MASK, rows_map, i)}, which has {n[i]} tokens; "
+            raise ValueError(f"column {_MASK!r} is null in {_bad_row(rows_map, i)}, which has {n[i]} tokens; "
                              "give every sequence its mask (or drop the row)")
         bad = (n > 0) & (m_len != n)
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
-            raise ValueError(f"column {_MASK!r} has {m_len[i]} values in {_bad_row(_MASK, rows_map, i)} but "
+            raise ValueError(f"column {_MASK!r} has {m_len[i]} values in {_bad_row(rows_map, i)} but "
                              f"{_IDS!r} has {n[i]} tokens; the mask needs one value per token")
         m_off, m_vals = _flat(mcol, _MASK, "mask")
-        return ids_off, ids, n, ("mask", m_off, m_vals.astype(bool, copy=False))
+        return ids_off, ids, n, ("mask", m_off, m_vals)
     if _ANSWER not in names:
         raise ValueError(f"the data has neither a {_MASK!r} nor an {_ANSWER!r} column (its columns: {names}); "
                          "Megatron-Bridge builds the loss mask from one of them")
@@ -183,12 +201,12 @@ def _answers(table, rows_map, n) -> np.ndarray:
     bad = (n > 0) & ~valid
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"column {_ANSWER!r} is null in {_bad_row(_ANSWER, rows_map, i)}, which has {n[i]} tokens; "
+        raise ValueError(f"column {_ANSWER!r} is null in {_bad_row(rows_map, i)}, which has {n[i]} tokens; "
                          "give every sequence its answer start (or drop the row)")
     bad = (n > 0) & ((a < 0) | (a > n))
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"column {_ANSWER!r} is {a[i]} in {_bad_row(_ANSWER, rows_map, i)}, outside its sequence "
+        raise ValueError(f"column {_ANSWER!r} is {a[i]} in {_bad_row(rows_map, i)}, outside its sequence "
                          f"of {n[i]} tokens (0 ... {n[i]}); it must index the sequence's first answer token")
     return a
 
@@ -198,7 +216,7 @@ def _segments(n, L: int, overflow: str, rows_map):
     cost = np.maximum(n - 1, 0)
     if overflow == "error" and cost.size and cost.max() > L:
         i = int(np.flatnonzero(cost > L)[0])
-        raise ValueError(f"{_bad_row(_IDS, rows_map, i)} holds {n[i]:,} tokens, {cost[i]:,} positions once shifted "
+        raise ValueError(f"{_bad_row(rows_map, i)} holds {n[i]:,} tokens, {cost[i]:,} positions once shifted "
                          f"for next-token labels > max_sequence_length = {L:,}; pass overflow='truncate' to keep its "
                          f"first {L + 1:,} tokens or overflow='split' to cut it into pieces (each piece repeats the "
                          "last token of the one before as its first, so every label is trained once), or raise "
@@ -297,7 +315,7 @@ def _write_npy(f, ids_off, ids, mask, rows_map, seg, order, pack_off, batch_toke
     cum = np.zeros(P + 1, np.int64)
     np.cumsum(np.add.reduceat(seg.length[order] + 1, pack_off[:-1]), out=cum[1:])
     use_mask = mask[0] == "mask"
-    m_off, m_vals = (mask[1], mask[2]) if use_mask else (ids_off, np.zeros(1, bool))
+    m_off, m_vals = (mask[1], mask[2]) if use_mask else (ids_off, np.zeros(1, np.uint8))
     p0 = 0
     while p0 < P:
         p1 = int(np.searchsorted(cum, cum[p0] + batch_tokens, side="right")) - 1
