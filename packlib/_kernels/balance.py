@@ -1,14 +1,20 @@
 """Kernels of compute-balanced step planning (:mod:`packlib.balancing`).
 
-A window of packed rows (CSR over the window's sequences) becomes steps of ``W`` ranks x
-``M`` micro-batches: rows sorted by cost are cut into groups of ``W`` neighbours, and each
-step takes ``M`` groups from different cost bands (so each rank can get one row of each),
-dealt to ranks longest-processing-time first with ``M`` rows each, and then each step's most and least loaded ranks exchange sequences (a move or
-a swap, whichever brings them closest to even) while the rows' capacity and depth allow.
+A window of the shuffled epoch is packed into rows (:func:`spread_bfd`: best-fit decreasing
+that spreads the short sequences over the rows); the rows (CSR over the window's sequences)
+become steps of ``W`` ranks x ``M`` micro-batches: rows sorted by cost are cut into groups
+of ``W`` neighbours, and each step takes ``M`` groups from different cost bands (so each
+rank can get one row of each, and each micro-batch round holds rows of one cost), dealt to
+ranks longest-processing-time first with ``M`` rows each; then each step's most and least
+loaded ranks exchange sequences (a move or a swap, whichever brings them closest to even)
+while the rows' capacity and depth allow. The steps come out in a seeded random order that
+keeps every run's mean sequence length (:func:`shuffled_balanced_order`).
 """
 import numpy as np
 
 from .._jit import jit
+from .binpack import _first_present_at_or_above, _pow2_at_least, _set_present, decreasing_order
+from .csr import csr_from_assignment
 from .rng import next_below, shuffle_range
 
 
@@ -280,3 +286,101 @@ def _slots(item_row, slot_of_row, n_rows):
         items[fill[s]] = k
         fill[s] += 1
     return counts, items
+
+
+@jit
+def _bfd_rounds(lengths, order, L, depth, small, reserve, short_round, pack_of, fill, count, head, nxt, present):
+    """Best fit, in ``order``: the sequences of at least ``small`` tokens into rows filled
+    up to ``L - reserve`` (a longer one alone opens a row); with ``short_round``, then the
+    shorter ones into the rows' whole free space. Returns the number of rows."""
+    n = lengths.size
+    size = present.size // 2
+    present[:] = False
+    head[:] = -1
+    n_packs = 0
+    cap = L - reserve
+    k = 0
+    for phase in range(2 if short_round else 1):
+        if phase == 1:  # every row's whole free space, for the short sequences
+            present[:] = False
+            head[:] = -1
+            cap = L
+            for p in range(n_packs):
+                f = L - fill[p]
+                if count[p] < depth and f > 0:
+                    nxt[p] = head[f]
+                    if head[f] < 0:
+                        _set_present(present, size, f, True)
+                    head[f] = p
+        while k < n and (phase == 1 or lengths[order[k]] >= small):
+            l = lengths[order[k]]
+            r = _first_present_at_or_above(present, size, l)
+            if r < 0 or r > L:
+                p = n_packs
+                n_packs += 1
+                fill[p] = 0
+                count[p] = 0
+            else:
+                p = head[r]
+                head[r] = nxt[p]
+                if head[r] < 0:
+                    _set_present(present, size, r, False)
+            pack_of[k] = p
+            fill[p] += l
+            count[p] += 1
+            f = cap - fill[p]
+            if count[p] < depth and f > 0:
+                nxt[p] = head[f]
+                if head[f] < 0:
+                    _set_present(present, size, f, True)
+                head[f] = p
+            k += 1
+    return n_packs
+
+
+@jit
+def spread_bfd(lengths, L, depth, small, rows, steps):
+    """Best-fit decreasing that spreads the short sequences (under ``small`` tokens) over
+    the rows instead of leaving them to rows of their own: the longer ones first, into rows
+    filled only up to ``L - reserve``, then the short ones, best fit into the rows' whole
+    free space. ``reserve`` is the short sequences' tokens per row that holds no sequence
+    longer than ``L`` minus it, if the packing then needs at most ``rows`` rows; else the
+    largest (of ``steps`` bisection steps below it) that does; else 0 (plain best-fit
+    decreasing). Returns CSR ``(offsets, items)`` over positions in ``lengths``."""
+    n = lengths.size
+    order = decreasing_order(lengths, lengths.max() if n else 0)
+    size = _pow2_at_least(L + 1)
+    present = np.zeros(2 * size, np.bool_)
+    head = np.full(L + 1, -1, np.int64)
+    nxt = np.empty(max(n, 1), np.int64)
+    fill = np.zeros(max(n, 1), np.int64)
+    count = np.zeros(max(n, 1), np.int64)
+    pack_of = np.empty(n, np.int64)
+    short = 0
+    for i in range(n):
+        if lengths[i] < small:
+            short += lengths[i]
+    reserve = short // max(rows, 1)
+    alone = 0
+    for i in range(n):
+        if lengths[i] > L - reserve:
+            alone += 1
+    hi = min(short // max(rows - alone, 1), L - small)
+    lo = 0  # a reserve known to fit (0: plain best-fit decreasing)
+    best = np.empty(n, np.int64)  # the packing of reserve lo, once one fitted
+    n_best = -1
+    for attempt in range(steps + 1):
+        if hi - lo <= 1:
+            break
+        mid = hi if attempt == 0 else (lo + hi) // 2  # the even spread first, then bisection below it
+        got = _bfd_rounds(lengths, order, L, depth, small, mid, True, pack_of, fill, count, head, nxt, present)
+        if got <= rows:
+            lo, n_best = mid, got
+            best[:] = pack_of
+            if mid == hi:
+                break
+        else:
+            hi = mid
+    if n_best < 0:
+        n_best = _bfd_rounds(lengths, order, L, depth, small, 0, True, best, fill, count, head, nxt, present)
+    return csr_from_assignment(order, best, n_best)
