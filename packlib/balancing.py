@@ -74,10 +74,10 @@ _MAX_WINDOW_ROWS = 2**26  # rows of one window (window x world_size x micro_batc
 _GOLDEN = 0x9E3779B97F4A7C15
 # the window's packing: sequences under L / _SMALL tokens are the short ones spread over the
 # rows; the reserve for them is searched by up to _BISECTIONS halvings, allowing the packing
-# one row per _SLACK rows more than plain best-fit decreasing needs (carried to the next window)
+# one row per _SLACK rows of the window more than the tokens need (carried to the next window)
 _SMALL = 8
 _BISECTIONS = 5
-_SLACK = 1024
+_SLACK = 512
 
 
 def transformer_cost(hidden_size: int, *, causal: bool = True, ffn_multiplier: float = 4.0) -> tuple[float, float]:

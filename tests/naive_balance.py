@@ -21,3 +21,29 @@ def efficiency(steps, lengths, max_sequence_length):
     slots = sum(len(rank) for step in steps for rank in step) * max_sequence_length
     tokens = sum(lengths[i] for step in steps for rank in step for mb in rank for i in mb)
     return tokens / slots if slots else 1.0
+
+
+def micro_batch_balance(steps, lengths, a, b):
+    """Total cost / (ranks x the sum over steps and micro-batch rounds of the slowest rank's
+    micro-batch): ranks meet at every micro-batch."""
+    total, worst = 0.0, 0.0
+    for step in steps:
+        for m in range(len(step[0])):
+            costs = [sum(sequence_cost(lengths[i], a, b) for i in rank[m]) for rank in step]
+            total += sum(costs)
+            worst += max(costs)
+    return total / (len(steps[0]) * worst) if worst else 1.0
+
+
+def least_squares_cost(rows, seconds):
+    """``(a, b)`` minimising sum((a * sum(l) + b * sum(l**2) - t)**2), unconstrained (the
+    normal equations of two unknowns)."""
+    x = [sum(r) for r in rows]
+    y = [sum(l * l for l in r) for r in rows]
+    sxx = sum(v * v for v in x)
+    syy = sum(v * v for v in y)
+    sxy = sum(u * v for u, v in zip(x, y))
+    sxt = sum(u * t for u, t in zip(x, seconds))
+    syt = sum(v * t for v, t in zip(y, seconds))
+    det = sxx * syy - sxy * sxy
+    return (sxt * syy - syt * sxy) / det, (syt * sxx - sxt * sxy) / det

@@ -64,6 +64,8 @@ def test_schedule_properties(data, W, M, depth, window, drop_last, b, seed):
     want = naive.rank_costs(steps, lengths, 1.0, b)
     assert np.allclose(s.cost, np.array(want).reshape(s.cost.shape), rtol=1e-9)
     assert s.balance == pytest.approx(naive.balance(want), rel=1e-9)
+    assert s.micro_batch_balance == pytest.approx(naive.micro_batch_balance(steps, lengths, 1.0, b), rel=1e-9)
+    assert s.micro_batch_balance <= s.balance + 1e-12
     assert s.efficiency == pytest.approx(naive.efficiency(steps, lengths, L), rel=1e-12)
     again = packlib.balance(lengths, L, depth, world_size=W, micro_batches=M, cost=(1.0, b), window=window,
                             seed=seed, drop_last=drop_last)
@@ -90,6 +92,71 @@ def test_balanced_full_rows_and_the_order_kept_in_tenths():
     tenths = np.array_split(order, 10)
     mean = lengths[order].mean()
     assert max(abs(lengths[t].mean() / mean - 1) for t in tenths) < 0.03
+
+
+def _long_documents(n, seed=0):
+    """The long-document epoch of docs/balance.md: 85 % lognormal around 2,500 tokens, 15 %
+    uniform in 8k..60k, cut to L = 32k."""
+    rng = np.random.default_rng(seed)
+    docs = np.concatenate([rng.lognormal(np.log(2500), 1.1, int(n * 0.85)), rng.uniform(8000, 60000, n - int(n * 0.85))])
+    rng.shuffle(docs)
+    return np.clip(np.rint(docs), 16, 32768).astype(np.int64)
+
+
+def _tenths(lengths, order):
+    mean = lengths[order].mean()
+    return np.array([lengths[t].mean() / mean - 1 for t in np.array_split(order, 10)])
+
+
+def _spearman(lengths, s):
+    from scipy.stats import spearmanr
+
+    step = np.repeat(np.arange(s.packs.num_packs) // (s.world_size * s.micro_batches), np.diff(s.packs.offsets))
+    return spearmanr(step, lengths[s.packs.indices]).statistic
+
+
+@pytest.mark.parametrize("lengths, L, W, M", [(_workload(60_000), 8192, 8, 4), (_long_documents(40_000), 32768, 32, 2)],
+                         ids=["chat-like", "long documents"])
+def test_the_order_is_a_shuffle_s_at_the_scale_of_tenths(lengths, L, W, M):
+    """Issue 29: every tenth of the epoch as close to the epoch's mean length as a shuffle's
+    (the median over seeds within 1.5x the median of ten shuffles), no drift of long samples
+    (|Spearman(step, length)| <= 0.01), and no pattern that every seed shares."""
+    cost = packlib.transformer_cost(4096, causal=False)
+    runs = [packlib.balance(lengths, L, world_size=W, micro_batches=M, cost=cost, seed=seed) for seed in range(6)]
+    devs = np.array([_tenths(lengths, s.packs.indices) for s in runs])
+    order = runs[0].packs.indices
+    shuffles = [np.abs(_tenths(lengths, np.random.default_rng(k).permutation(order))).max() for k in range(10)]
+    assert np.median(np.abs(devs).max(axis=1)) <= 1.5 * np.median(shuffles)
+    assert all(abs(_spearman(lengths, s)) <= 0.01 for s in runs)
+    corr = np.corrcoef(devs)[np.triu_indices(len(runs), 1)]
+    assert corr.mean() < 0.3, "the tenths of different seeds deviate alike: a pattern of the planner's"
+    assert min(s.balance for s in runs) >= 0.99 and min(s.micro_batch_balance for s in runs) >= 0.98
+
+
+def test_no_step_holds_far_more_sequences_than_the_others():
+    """Short sequences are spread over the rows: no step of the long-document epoch holds
+    more than three times the mean count (packed by plain best-fit decreasing, rows of a
+    hundred short documents made steps of four and a half times the mean)."""
+    lengths = _long_documents(30_000, seed=1)
+    s = packlib.balance(lengths, 32768, world_size=32, micro_batches=2, cost=packlib.transformer_cost(4096), seed=2)
+    per_step = np.diff(s.packs.offsets).reshape(s.num_steps, -1).sum(axis=1)
+    assert per_step.max() <= 3 * per_step.mean()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 100), min_size=1, max_size=200), st.integers(100, 128), st.sampled_from([2, 3, 1000]),
+       st.integers(0, 8), st.integers(0, 5))
+def test_spread_packing_is_a_packing_and_needs_no_more_rows_than_asked(lengths, L, depth, extra, steps):
+    from packlib._kernels.balance import spread_bfd
+    from packlib._kernels.binpack import bfd
+
+    lens = np.array(lengths, np.int64)
+    rows = -(-int(lens.sum()) // L) + extra
+    off, items = spread_bfd(lens, L, depth, max(1, L // 8), rows, steps)
+    assert np.array_equal(np.sort(items), np.arange(lens.size)), "every sequence once"
+    tokens = np.add.reduceat(lens[items], off[:-1])
+    assert tokens.max() <= L and np.diff(off).max() <= depth and np.diff(off).min() >= 1
+    assert off.size - 1 <= max(rows, bfd(lens, L, depth)[0].size - 1)
 
 
 def test_drop_last_false_schedules_everything_with_equal_counts():
@@ -245,3 +312,58 @@ def test_sampler_with_a_torch_dataloader():
     sampler = packlib.BalancedBatchSampler(lengths, 8192, rank=0, world_size=2, micro_batches=2)
     loader = torch.utils.data.DataLoader(list(range(lengths.size)), batch_sampler=sampler)
     assert [b.tolist() for b in loader] == list(sampler)
+
+
+# ------------------------------------------------------------------------------ fit_cost
+
+
+def _timed_rows(rng, n):
+    """Rows of varied make-up: one long sequence, many short ones, mixtures."""
+    rows = []
+    for _ in range(n):
+        k = int(rng.integers(1, 40))
+        rows.append(rng.integers(1, 32768 // k + 1, k))
+    return rows
+
+
+@pytest.mark.parametrize("a, b", [(3e-7, 2e-11), (1e-6, 0.0), (0.0, 5e-11)])
+def test_fit_cost_recovers_known_coefficients_from_noisy_times(a, b):
+    rng = np.random.default_rng(0)
+    rows = _timed_rows(rng, 60)
+    exact = np.array([a * r.sum() + b * (r.astype(float) ** 2).sum() for r in rows])
+    seconds = exact * (1 + 0.02 * rng.standard_normal(exact.size))  # 2 % timing noise
+    got_a, got_b = packlib.fit_cost(rows, seconds)
+    assert got_a >= 0 and got_b >= 0
+    scale = exact.mean()
+    assert abs(got_a - a) * 16384 <= 0.05 * scale and abs(got_b - b) * 16384**2 <= 0.05 * scale
+    if a > 0 and b > 0:
+        want = naive.least_squares_cost([r.tolist() for r in rows], seconds.tolist())
+        assert got_a == pytest.approx(want[0], rel=1e-6) and got_b == pytest.approx(want[1], rel=1e-6)
+        assert got_a == pytest.approx(a, rel=0.05) and got_b == pytest.approx(b, rel=0.05)
+
+
+def test_fit_cost_feeds_balance():
+    rows = [[8192], [1024] * 8, [4096, 2048, 2048], [512] * 16]
+    seconds = [2e-6 * sum(r) + 3e-10 * sum(x * x for x in r) for r in rows]
+    cost = packlib.fit_cost(rows, seconds)
+    assert cost == pytest.approx((2e-6, 3e-10), rel=1e-9)
+    s = packlib.balance(_workload(3000), 8192, world_size=2, micro_batches=2, cost=cost)
+    assert s.cost_coefficients == cost
+
+
+@pytest.mark.parametrize("rows, seconds, error, match", [
+    ([[5], []], [1.0, 2.0], ValueError, r"rows\[1\] is empty"),
+    ([[5], [6, 7]], [1.0, -2.0], ValueError, r"seconds\[1\] = -2.0 is negative: row 1"),
+    ([[5], [6, 7]], [1.0, float("nan")], ValueError, r"seconds must be finite, got nan at index 1"),
+    ([[5], [6, 7]], [1.0, float("inf")], ValueError, r"seconds must be finite, got inf at index 1"),
+    ([[5], [6, 7], [8]], [1.0, 2.0], ValueError, "3 rows but 2 times"),
+    ([[5], [0, 7]], [1.0, 2.0], ValueError, r"rows\[1\] must be >= 1"),
+    ([[512], [512], [512]], [1.0, 1.1, 0.9], ValueError, "cannot determine both a and b"),
+    ([[512], [512, 512], [512] * 4], [1.0, 2.0, 4.0], ValueError, "cannot determine both a and b"),
+    ([[512], [1024, 8]], [0.0, 0.0], ValueError, "a = b = 0"),
+    ([[5]], [], ValueError, "seconds is empty"),
+    ("abc", [1.0], TypeError, "rows must be a sequence of rows"),
+])
+def test_fit_cost_bad_input(rows, seconds, error, match):
+    with pytest.raises(error, match=match):
+        packlib.fit_cost(rows, seconds)
