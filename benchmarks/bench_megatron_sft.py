@@ -29,8 +29,9 @@ at 30,000 sequences, as in issue 31's measurement.
    Megatron-Bridge's path holds ~660 M tokens as Python lists (~25 GB) before it writes.
    Files go to a temporary directory (``BENCH_TMP`` chooses where).
 
-Peak memory: the process's resident set, sampled every millisecond by a thread, above its
-level before the call. The machine is shared: compare the ratios, measured in one process.
+Peak memory: the resident set, sampled every millisecond by a thread, above its level
+before the call, each call in a fresh process of its own (``--mem-child``; where freed memory
+of earlier calls would be reused unseen) with its inputs built first. The machine is shared: compare the ratios, measured in one process.
 """
 from __future__ import annotations
 
@@ -133,7 +134,7 @@ def megatron_plan(cost: np.ndarray, algo: str, seed: int = 0):
     return mb.packing.create_packing_strategy(hist, L, algo)
 
 
-def plan_rows(n: int, measured_sizes, rows: list) -> None:
+def plan_rows(n: int, measured_sizes, rows: list, mem_sizes=(10_000, 30_000, 1_000_000)) -> None:
     cost = sft_lengths(n) - 1
     bound = -(-int(cost.sum()) // L)
     packlib.pack(cost[:1000], L, method="optimal")                      # compiled before timing
@@ -142,11 +143,13 @@ def plan_rows(n: int, measured_sizes, rows: list) -> None:
         for _ in range(3):
             wall, peak, packs = measured(lambda: packlib.pack(cost, L, method=method, seed=0))
             times.append((wall, peak))
-        wall, peak = sorted(times)[1]
+        wall = sorted(times)[1][0]
+        peak = peak_in_child("plan", method, n) if n in mem_sizes else None
         rows.append((n, f"packlib {method}", packs.num_packs, bound, wall, peak, "measured"))
     for algo in ALGOS:
         if n in measured_sizes:
-            wall, peak, (assign, _) = measured(lambda: megatron_plan(cost, algo))
+            wall, _, (assign, _) = measured(lambda: megatron_plan(cost, algo))
+            peak = peak_in_child("plan", algo, n) if n in mem_sizes else None
             ours = first_fit(megatron_order(cost, algo, 0), L)
             assert sorted(ours.tolist()) == sorted(sum(a) for a in assign), "first_fit differs from Megatron-Bridge"
             rows.append((n, f"Megatron-Bridge {algo}", len(assign), bound, wall, peak, "measured"))
@@ -192,37 +195,79 @@ def file_rows(n: int, rows: list, megatron: bool = True) -> None:
     table, lens = sft_table(n)
     bound = -(-int((lens - 1).sum()) // L)
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as d:
-        tiny = pa_table_of(table.slice(0, 100))          # compiled before timing, on a copy: no pool warmed
-        write_packed(tiny, L, output=os.path.join(d, "w.npy"))
+        write_packed(pa_table_of(table.slice(0, 100)), L, output=os.path.join(d, "w.npy"))   # compiled before timing
         ours = os.path.join(d, "ours.npy")
-        wall, peak, rep = measured(lambda: write_packed(table, L, output=ours, metadata_output=os.path.join(d, "m.json")))
+        wall, _, rep = measured(lambda: write_packed(table, L, output=ours, metadata_output=os.path.join(d, "m.json")))
         size = os.path.getsize(ours)
+        peak = peak_in_child("file", "packlib", n) if megatron else measured(lambda: write_packed(table, L, output=ours))[1]
         rows.append((n, "packlib write_packed (optimal)", rep["packs"], bound, wall, peak,
                      f"measured; file {size / 2**20:,.0f} MiB"))
         if not megatron:
             return
-        wall, peak, loaded = measured(lambda: np.load(ours, allow_pickle=True))
+        wall, _, loaded = measured(lambda: np.load(ours, allow_pickle=True))
+        peak = peak_in_child("file", "load", n)
         rows.append((n, "np.load of that file (each rank's reader)", len(loaded), bound, wall, peak,
                      f"measured; {peak / int(lens.sum()):.0f} bytes per token held"))
         del loaded
-        ids = table.column("input_ids").combine_chunks()
-        mask = table.column("loss_mask").combine_chunks()
-        off, iv, mv = ids.offsets.to_numpy(), ids.values.to_numpy(), mask.values.to_numpy(zero_copy_only=False)
+        dict_rows = megatron_rows(table)
         del table
-        dict_rows = [{"input_ids": iv[a:b].tolist(), "loss_mask": mv[a:b].tolist()} for a, b in zip(off[:-1], off[1:])]
-        mb = naive.load()
-
-        def theirs(algo):
-            np.random.seed(0)
-            sequences, histogram = mb.packing.create_hist(np.array(dict_rows), L)
-            assign, meta = mb.packing.create_packing_strategy(histogram, L, algo)
-            out = mb.packing.fill_packing_strategy(assign, sequences, L, 0)
-            np.save(os.path.join(d, "theirs.npy"), out)
-            return len(out)
-
         for algo in ALGOS:
-            wall, peak, packs = measured(lambda: theirs(algo))
-            rows.append((n, f"Megatron-Bridge {algo} + fill + save", packs, bound, wall, peak, "measured"))
+            wall, _, packs = measured(lambda: megatron_file(dict_rows, algo, d))
+            rows.append((n, f"Megatron-Bridge {algo} + fill + save", packs, bound, wall,
+                         peak_in_child("file", algo, n), "measured"))
+
+
+def _prepared(section: str, name: str, n: int, d: str):
+    """The call a memory child measures, its inputs built (and compiled code loaded) first."""
+    if section == "plan":
+        cost = sft_lengths(n) - 1
+        if name in ALGOS:
+            naive.load()
+            return lambda: megatron_plan(cost, name)
+        packlib.pack(cost[:1000], L, method=name)
+        return lambda: packlib.pack(cost, L, method=name, seed=0)
+    from packlib.formats.megatron_sft import write_packed
+
+    table, _ = sft_table(n)
+    out = os.path.join(d, "ours.npy")
+    write_packed(pa_table_of(table.slice(0, 100)), L, output=os.path.join(d, "w.npy"))
+    if name == "packlib":
+        return lambda: write_packed(table, L, output=out)
+    if name == "load":
+        write_packed(table, L, output=out)
+        del table
+        return lambda: np.load(out, allow_pickle=True)
+    dict_rows = megatron_rows(table)
+    del table
+    return lambda: megatron_file(dict_rows, name, d)
+
+
+def peak_in_child(section: str, name: str, n: int) -> int:
+    """Peak RSS above the start of one call, in a fresh process (no memory freed earlier in
+    this one to be reused unseen)."""
+    out = subprocess.run([sys.executable, __file__, "--mem-child", section, name, str(n)], capture_output=True, text=True)
+    if out.returncode:
+        sys.exit(out.stderr[-3000:])
+    return int(out.stdout.split()[-1])
+
+
+def megatron_rows(table) -> list:
+    """The row dicts Megatron-Bridge tokenises into (Python lists), from the table."""
+    ids = table.column("input_ids").combine_chunks()
+    mask = table.column("loss_mask").combine_chunks()
+    off, iv, mv = ids.offsets.to_numpy(), ids.values.to_numpy(), mask.values.to_numpy(zero_copy_only=False)
+    return [{"input_ids": iv[a:b].tolist(), "loss_mask": mv[a:b].tolist()} for a, b in zip(off[:-1], off[1:])]
+
+
+def megatron_file(dict_rows: list, algo: str, d: str) -> int:
+    """What prepare_packed_sequence_data does after tokenising, with Megatron-Bridge's own code."""
+    mb = naive.load()
+    np.random.seed(0)
+    sequences, histogram = mb.packing.create_hist(np.array(dict_rows), L)
+    assign, _ = mb.packing.create_packing_strategy(histogram, L, algo)
+    out = mb.packing.fill_packing_strategy(assign, sequences, L, 0)
+    np.save(os.path.join(d, "theirs.npy"), out)
+    return len(out)
 
 
 def print_table(title: str, rows: list) -> None:
@@ -243,7 +288,14 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="10,000 sequences only")
     ap.add_argument("--no-file-1m", action="store_true", help="skip write_packed at 1 M (~8 GB of memory, a 4 GB file)")
     ap.add_argument("--file-child", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--mem-child", nargs=3, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.mem_child:
+        section, name, n = args.mem_child
+        with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as d:
+            fn = _prepared(section, name, int(n), d)
+            print(measured(fn)[1])
+        return
     if args.file_child:
         rows = []
         file_rows(args.file_child, rows, megatron=False)

@@ -32,20 +32,15 @@ def _int_width(v):
 
 @jit
 def _put_int(out, q, v):
-    if 0 <= v < 256:
-        out[q] = _K
-        out[q + 1] = v
-        return q + 2
-    if 256 <= v < 65536:
-        out[q] = _M
-        out[q + 1] = v & 255
-        out[q + 2] = (v >> 8) & 255
-        return q + 3
+    """Write ``v`` at ``q``; returns the next position. May write up to 4 bytes past it
+    (the caller leaves room; the next value overwrites them): no branch on the width."""
     if -2147483648 <= v < 2147483648:
-        out[q] = _J
+        small = 0 <= v < 256
+        mid = 256 <= v < 65536
+        out[q] = _K if small else (_M if mid else _J)
         for k in range(4):
             out[q + 1 + k] = (v >> (8 * k)) & 255
-        return q + 5
+        return q + (2 if small else (3 if mid else 5))
     out[q] = _LONG1
     out[q + 1] = 8
     for k in range(8):
@@ -81,7 +76,8 @@ def pickled_packs(ids, ids_off, mvals, m_off, thresh, use_mask, seg_row, seg_sta
                   head, mid1, mid2, tail):
     """The pickled dicts of packs ``0 .. len(pack_off) - 2`` (segments ``pack_off[p] : pack_off[p + 1]``), as uint8."""
     fixed = head.size + mid1.size + mid2.size + tail.size
-    out = np.empty(_pickled_size(ids, ids_off, seg_row, seg_start, seg_len, pack_off, fixed), np.uint8)
+    size = _pickled_size(ids, ids_off, seg_row, seg_start, seg_len, pack_off, fixed)
+    out = np.empty(size + 8, np.uint8)              # _put_int may write 4 bytes past the end
     q = 0
     for p in range(pack_off.size - 1):
         a = pack_off[p]
@@ -113,4 +109,4 @@ def pickled_packs(ids, ids_off, mvals, m_off, thresh, use_mask, seg_row, seg_sta
             q = _put_int(out, q, pos)
             pos += seg_len[s] + 1
         q = _put_bytes(out, q, tail)
-    return out
+    return out[:size]
