@@ -466,7 +466,7 @@ def test_long_context_path_brackets_the_optimum(h, depth):
         assert lb.status == 0 and "long context" in lb.message
 
 
-@given(small_histograms(max_len=60, max_count=50), st.integers(0, 8), st.integers(0, 4))
+@given(small_histograms(max_len=60, max_count=50), st.integers(0, 8), st.integers(0, 5))
 @settings(max_examples=60)
 def test_exact_fill_packs_every_sequence_once(h, D, mode):
     from packlib._kernels.optimal import exact_fill
@@ -702,6 +702,56 @@ def test_slot_bound_known_answer():
     assert lb.bound == 5
 
 
+def test_large_slot_bound_known_answer():
+    """Depth 4, L = 10: three sequences of 9 leave room for one sequence of 1 each, so the
+    twelve of length 1 need three more packs: 6 packs. The large-slot bound proves it
+    (each 9 priced 4 - 1 = 3, each 1 priced 1, over 4: (9 + 12) / 4); tokens prove 4,
+    sequences / depth 4, the slot bound 5."""
+    from packlib.optimal import _relaxed
+
+    h = np.zeros(10, np.int64)
+    h[[8, 0]] = [3, 12]
+    cert = _relaxed.large_slot_certificate(h, 10, 4)
+    assert cert.bound == 6 == naive_certificate.check(cert, h)
+    assert _relaxed.slot_certificate(h, 10, 4).bound == 5
+    assert _relaxed.large_slot_certificate(h, 10, None) is None
+    h[8] = 0  # no long sequence: nothing to add
+    assert _relaxed.large_slot_certificate(h, 10, 4) is None
+
+
+@given(small_histograms(max_len=40, max_count=30), st.integers(1, 8))
+@settings(max_examples=40, deadline=None)
+def test_large_slot_bound_holds(h, depth):
+    """The large-slot certificate is checked by the independent plain DP and never
+    exceeds the exact optimum's bracket (the best plan of optimal_pack)."""
+    from packlib.optimal import _relaxed
+
+    cert = _relaxed.large_slot_certificate(h, len(h), depth)
+    if cert is not None:
+        bound = naive_certificate.check(cert, h)
+        assert bound <= packlib.optimal_pack(h, max_sequences_per_pack=depth).num_packs
+
+
+def test_tiny_beside_huge_is_packed_optimally():
+    """L = 4096, depth 32: 200 k tiny sequences (1-16 tokens) beside 6 k huge ones (more
+    than L / 2). A huge one with less room than 31 tiny ones leaves slots empty, which
+    only the large-slot bound sees; the exact fill that starts each pack with the longest
+    sequence and then takes the shortest ones where they no longer fit in every slot
+    (mode 5) reaches it: optimal. The other fills are above it."""
+    from packlib._kernels.optimal import exact_fill
+
+    L = 4096
+    rng = np.random.default_rng(5)
+    lengths = np.concatenate([rng.integers(1, 17, 200_000), rng.integers(L // 2, L + 1, 6_000)])
+    h = np.bincount(lengths, minlength=L + 1)[1:]
+    plan = packlib.optimal_pack(h, max_sequences_per_pack=32)
+    check_plan(plan, h, 32)
+    assert plan.gap == 0 and plan.info["fill"] == "fill 5", plan.message
+    assert plan.lower_bound > -(-lengths.size // 32)
+    assert naive_certificate.check_fast(plan.bound.certificate, h) == plan.lower_bound
+    assert min(int(exact_fill(h, L, 32, mode)[2].sum()) for mode in (3, 2, 0, 4)) > plan.num_packs
+
+
 def test_long_context_depth_limit_closes_the_gap():
     """L = 4096, depth 4, 300 k lengths of which 70 % short: the cardinality bound is 5 %
     below the optimum; the grid LPs close plan and bound to within 0.05 %."""
@@ -794,3 +844,50 @@ def test_grid_schedule():
     assert _relaxed.grid_affordable(2048, 64, 131072) and not _relaxed.grid_affordable(4096, 64, 131072)
     assert _grid_gain(800, 4096, 4096) == 0
     assert _grid_gain(800, 2048, 4096) == 200 and _grid_gain(800, 1024, 4096) == 300
+
+
+_ROUTE_SIGNATURES = """
+import importlib, json, pkgutil
+import numpy as np
+from numba.core.registry import CPUDispatcher
+import packlib, packlib._kernels
+from packlib._warmup import warm_histogram_methods
+
+def signatures():
+    out = {}
+    for info in pkgutil.iter_modules(packlib._kernels.__path__):
+        mod = importlib.import_module("packlib._kernels." + info.name)
+        for name, obj in vars(mod).items():
+            if isinstance(obj, CPUDispatcher):
+                out[info.name + "." + name] = sorted(map(str, obj.signatures))
+    return out
+
+warm_histogram_methods()
+before = signatures()
+rng = np.random.default_rng(0)
+L = 2048
+short = rng.lognormal(np.log(200), 0.9, 60_000)
+long = rng.lognormal(np.log(L) - 1.0, 0.6, 15_000)
+h = np.bincount(np.clip(np.rint(np.concatenate([short, long])), 1, L).astype(np.int64), minlength=L + 1)[1:]
+tiny = np.bincount(np.concatenate([rng.integers(1, 9, 40_000), rng.integers(L // 2, L + 1, 2_000)]), minlength=L + 1)[1:]
+for hist, depth in ((h, 3), (h, 8), (tiny, 16)):  # depth binding (grid LPs), not binding (exchanges), tiny beside huge
+    plan = packlib.optimal_pack(hist, max_sequences_per_pack=depth)
+    packlib.lower_bound(hist, max_sequences_per_pack=depth)
+after = signatures()
+print(json.dumps({k: v for k, v in after.items() if v != before.get(k)}))
+"""
+
+
+def test_warmup_covers_the_depth_limited_long_context_route():
+    """In a fresh interpreter, after the warm-up of the histogram methods (which
+    ``packlib.warmup()`` and the demo run), the long-context route with a depth limit
+    (grid LPs, exchanges, fills, certificates) compiles no kernel signature of its own:
+    the first real call does not pay numba's compile."""
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _ROUTE_SIGNATURES], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    new = json.loads(out.stdout.strip().splitlines()[-1])
+    assert not new, f"kernels compiled by the depth-limited route after the warm-up: {new}"

@@ -279,7 +279,7 @@ def _grown(a, size):
 def exact_fill(h, L, D, mode):
     """Pack a histogram pack by pack, aiming for packs that are exactly full.
 
-    Each pack starts with the longest sequence left (except in mode 3). While there is room (and fewer than
+    Each pack starts with the longest sequence left (except in modes 3 and 4). While there is room (and fewer than
     ``D`` sequences; ``D = 0``: unlimited), the gap ``g`` is filled by one rule:
 
     - ``mode 0``: the longest sequence that fits (best fit);
@@ -293,7 +293,12 @@ def exact_fill(h, L, D, mode):
       for its first sequence), so short sequences are spread over the packs instead of
       piling up at the end, where the depth limit would leave their packs part-empty;
     - ``mode 4`` (depth limits that bind, ``sequences / depth > tokens / L``): the longest
-      sequence that leaves room for the shortest one left in each other free slot.
+      sequence that leaves room for the shortest one left in each other free slot;
+    - ``mode 5`` (the same, for huge sequences beside tiny ones): like 4, but each pack
+      starts with the longest sequence left, and where the shortest left do not fit in
+      every free slot it takes the shortest (as many sequences as fit), so a huge
+      sequence with little room still fills its slots with the tiniest ones (mode 4 leaves
+      it for the end, alone).
 
     A pack is repeated while every length it uses has enough copies left. Returns
     ``(items, offsets, counts)``: pack type ``t`` holds ``items[offsets[t]:offsets[t+1]]``
@@ -317,12 +322,16 @@ def exact_fill(h, L, D, mode):
         n = 0
         gap = L
         while gap > 0 and (D == 0 or n < D):
-            if mode == 4 and D > 0:
+            if mode >= 4 and D > 0:
                 # many sequences per pack: the longest that leaves room for the shortest ones
                 # left in every other free slot
                 while smin <= L and rem[smin - 1] == 0:
                     smin += 1
                 b = _largest_present(parent, gap - (D - n - 1) * smin) if gap > (D - n - 1) * smin else 0
+                if mode == 5 and n == 0:
+                    b = _largest_present(parent, gap)  # the longest first, whatever room it leaves ...
+                elif b == 0 and mode == 5 and smin <= gap:
+                    b = smin  # ... and where the shortest do not fit in every slot, as many as fit
                 if b == 0:
                     b = _largest_present(parent, gap)  # best fit
             else:

@@ -237,6 +237,7 @@ def _close_depth_gap(solver: _Solver) -> None:
     doubling of the grid, the distance halving: :func:`_grid_gain`)."""
     h, L, depth = solver.h, solver.L, solver.depth
     solver.extra_certificates.append(_relaxed.slot_certificate(h, L, depth))
+    solver.extra_certificates.append(_relaxed.large_slot_certificate(h, L, depth))
     base = _simple_certificates(h, L, depth) + [_verified(_l2_certificate(h, L, depth)[0])]
     grids = _relaxed.affordable_grids(L, depth)
     finest = grids[-1]

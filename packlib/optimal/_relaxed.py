@@ -19,7 +19,10 @@ depth and tokens together, which neither the cardinality nor the L2 bound does.
 A third bound, the *slot* bound, costs nothing: a sequence of length ``l`` shares its pack
 with at most ``m(l) - 1`` others, where ``m(l) - 1`` is how many of the shortest length
 fit in ``L - l`` (at most ``depth - 1``); pricing it ``1 / m(l)`` makes no pack
-worth more than 1 (a pack of ``k`` sequences has every ``m >= k``).
+worth more than 1 (a pack of ``k`` sequences has every ``m >= k``). Its variant for the
+sequences longer than ``L / 2`` (at most one per pack) prices them ``depth - m(l) + 1``
+and every other sequence 1, over ``depth``: a huge sequence with room for few tiny ones
+beside it takes the slots it leaves empty.
 """
 from __future__ import annotations
 
@@ -163,6 +166,31 @@ def grid_plan(h: np.ndarray, L: int, depth: int, K: int, deadline, last=None):
         offsets = np.concatenate([offsets, r_offsets[1:] + offsets[-1]])
         pack_counts = np.concatenate([pack_counts, r_counts])
     return (items, offsets, pack_counts), lb.lp_value, (K, _used_patterns(solver))
+
+
+def large_slot_certificate(h: np.ndarray, L: int, depth: int) -> Certificate | None:
+    """The slot bound of the sequences longer than ``L / 2`` (module docs): every sequence
+    is priced 1, except that one longer than ``L / 2`` beside which only ``m`` others fit
+    (``m = min(depth - 1, (L - l) // shortest)``) is priced ``depth - m``; the denominator
+    is ``depth``. A pack holds at most one such sequence, and then at most ``m`` others,
+    so no pack is worth more than ``depth``: many tiny sequences beside huge ones, where a
+    huge one with little room leaves its pack's other slots empty (``None`` when no long
+    sequence has fewer than ``depth - 1`` slots beside it). The denominator is the exact
+    DP's (fast: only the shortest length of each price counts), so the bound holds whatever
+    the argument above."""
+    from .._kernels.optimal import max_pack_value
+
+    lens = np.flatnonzero(h) + 1
+    if not lens.size or depth is None or depth < 2:
+        return None
+    m = np.minimum(depth - 1, (L - lens) // lens[0])
+    prices = np.where(2 * lens > L, depth - m, 1).astype(np.int64)
+    if (prices == 1).all():
+        return None
+    den = int(max_pack_value(lens, prices, L, 0 if depth >= L else depth))
+    if den <= 0:  # pragma: no cover - every price is at least 1
+        return None
+    return _certificate(lens, h[lens - 1], prices, den, L, depth)
 
 
 def slot_certificate(h: np.ndarray, L: int, depth: int) -> Certificate | None:

@@ -42,6 +42,9 @@ def _long_context(h: np.ndarray, L: int, depth: int | None) -> bool:
     return float(copies.sum()) * layers * (L + 1) > _tuning.LP_WORK
 
 
+DEPTH_MODES = (3, 2, 0, 4, 5)  # the exact-fill variants tried with a depth limit (exact_fill's modes)
+
+
 def _fill_plan(h: np.ndarray, L: int, depth: int | None):
     """The best of the exact-fill packings (see :func:`packlib._kernels.optimal.exact_fill`)
     as ``(items, offsets, counts, how)`` (CSR: wide packs at long context take the room of
@@ -52,7 +55,7 @@ def _fill_plan(h: np.ndarray, L: int, depth: int | None):
     if depth is None:
         out, mode = _best_fill(h, L, 0, (2, 0))
         return (*out, f"fill {mode}")
-    out, mode = _best_fill(h, L, depth, (3, 2, 0, 4))
+    out, mode = _best_fill(h, L, depth, DEPTH_MODES)
     candidates = [(*out, f"fill {mode}")]
     unlimited = exact_fill(h, L, 0, 2)
     if np.diff(unlimited[1]).max(initial=0) <= depth:
@@ -84,12 +87,54 @@ def _repaired(unlimited, L: int, depth: int):
     items, offsets, cnt, residual = depth_repair(*unlimited, L, depth)
     if np.diff(offsets).max(initial=0) > depth:  # pragma: no cover - kernel invariant
         raise RuntimeError("depth_repair left a pack over the depth limit; please report this")
+    how = "fill 2 + exchanges"
     if residual.any():
-        (r_items, r_offsets, r_counts), _ = _best_fill(residual, L, depth, (3, 2, 0, 4))
-        items = np.concatenate([items, r_items])
-        offsets = np.concatenate([offsets, r_offsets[1:] + offsets[-1]])
-        cnt = np.concatenate([cnt, r_counts])
-    return items, offsets, cnt, "fill 2 + exchanges"
+        best = None
+        for wmin, factor in MIXES:
+            kept, union = _mixed_residual(items, offsets, cnt, residual, depth, wmin, factor)
+            (r_items, r_offsets, r_counts), _ = _best_fill(union, L, depth, DEPTH_MODES)
+            if best is None or kept.sum() + r_counts.sum() < best[0]:
+                best = (kept.sum() + r_counts.sum(), kept, r_items, r_offsets, r_counts, wmin, factor)
+        _, kept, r_items, r_offsets, r_counts, wmin, factor = best
+        keep = kept > 0
+        widths = np.diff(offsets)
+        items = np.concatenate([items[np.repeat(keep, widths)], r_items])
+        offsets = np.concatenate([[0], np.cumsum(widths[keep]), np.cumsum(np.diff(r_offsets)) + widths[keep].sum()])
+        cnt = np.concatenate([kept[keep], r_counts])
+        if factor:
+            how += f" + residual mixed ({wmin}, {factor})"
+    return items, offsets.astype(np.int64), cnt, how
+
+
+# what the exchanges leave (``factor * residual`` sequences' worth of free slots taken from
+# packs of at least ``wmin`` sequences, fewest first; factor 0: the residual alone)
+MIXES = ((0, 0), (2, 1), (3, 1), (3, 2), (4, 1))
+
+
+def _mixed_residual(items, offsets, counts, residual, depth, wmin, factor):
+    """The sequences the exchanges left (``residual``) with packs of at least ``wmin``
+    sequences (fewest first: most free slots) dissolved until they bring ``factor`` free
+    slots per such sequence: ``(counts kept, histogram to pack again)``. Packed again
+    together by the depth-aware fill, the long sequences of the dissolved packs take the
+    leftover short ones into their free slots (alone, the short ones fill packs by count,
+    not by tokens)."""
+    widths = np.diff(offsets)
+    take = np.zeros_like(counts)
+    if factor:
+        room = depth - widths
+        eligible = np.flatnonzero((widths >= wmin) & (room > 0))
+        eligible = eligible[np.argsort(widths[eligible], kind="stable")]
+        slots = np.cumsum(counts[eligible] * room[eligible])
+        need = factor * int(residual.sum())
+        last = min(int(np.searchsorted(slots, need)), eligible.size - 1) if eligible.size else -1
+        if last >= 0:
+            take[eligible[:last]] = counts[eligible[:last]]
+            before = slots[last - 1] if last else 0
+            t = eligible[last]
+            take[t] = min(counts[t], -(-(need - before) // room[t]))
+    union = residual.copy()
+    np.add.at(union, items - 1, np.repeat(take, widths))
+    return counts - take, union
 
 
 def _dense_to_csr(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
