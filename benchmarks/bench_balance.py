@@ -4,6 +4,7 @@
     python benchmarks/bench_balance.py            # the four workloads, then 1 M samples x 64 ranks
     python benchmarks/bench_balance.py --quick    # smaller epochs
     python benchmarks/bench_balance.py --windows  # packlib's window trade-off on the same workloads
+    python benchmarks/bench_balance.py --only "long documents, 60k"   # one workload
 
 On lengths drawn here (seeded), with a sequence of ``l`` tokens costing ``l + l**2 / (6 h)``
 (``h = 4096``, full attention: ``packlib.transformer_cost(4096, causal=False)``), one run,
@@ -21,12 +22,23 @@ side by side:
   distributed helpers at the top; without torch they are stubbed (the packing functions
   are axolotl's, unchanged).
 
-Columns: balance (total cost / (W x sum over steps of the slowest rank's cost)), token
-efficiency (tokens / (steps x W x M x L)), samples dropped, planning time (packlib warm: its
-first call, numba compile or cache load, is printed apart), peak memory (the planner's
-process, above its size after its imports: each planner runs in a fresh process), and
-"tenths": the largest deviation of a tenth of the epoch's training order from the mean
-sample length of the whole (the planner may reorder samples; it must not sort them).
+Columns: balance (total cost / (W x sum over steps of the slowest rank's cost): ranks meet
+once per step, DDP with accumulation), micro-batch balance (total cost / (W x sum over
+steps and micro-batch rounds of the slowest rank's micro-batch): ranks meet at every
+micro-batch, FSDP / ZeRO-3), token efficiency (tokens / (steps x W x M x L)), samples
+dropped, planning time (packlib warm: its first call, numba compile or cache load, is
+printed apart), peak memory (the planner's process, above its size after its imports: each
+planner runs in a fresh process), "tenths": the largest deviation of a tenth of the epoch's
+training order (step by step, rank by rank, micro-batch by micro-batch) from the mean sample
+length of the whole, beside a plain shuffle's of the same samples (the median of ten
+shuffles), and Spearman's correlation of step and sample length (a planner may reorder
+samples; it must not sort them, nor drift long ones later).
+
+The workloads: chat-like, long documents (100k), code and prose, Wikipedia lengths, and
+issue 29's long-document epoch (60,000 samples, L = 32k, 32 ranks x 2, drawn here with
+another seed: the issue's exact lengths are not given); then 1 M chat-like samples x 64
+ranks (no TRL: its token lists would not fit this machine's memory). A peer that is not
+installed is reported as such.
 """
 from __future__ import annotations
 
@@ -68,39 +80,70 @@ def workloads(quick: bool):
     h = packlib.datasets.wikipedia_512().astype(np.float64)
     wiki = rng.choice(np.arange(1, 513), size=5 * n, p=h / h.sum()).astype(np.int64)
     return [("chat-like", chat, 8192, 8, 4), ("long documents", docs, 32768, 32, 2),
-            ("code and prose", mix, 16384, 16, 2), ("Wikipedia lengths", wiki, 512, 16, 4)]
+            ("code and prose", mix, 16384, 16, 2), ("Wikipedia lengths", wiki, 512, 16, 4),
+            ("long documents, 60k", long_documents(12_000 if quick else 60_000), 32768, 32, 2)]
+
+
+def long_documents(n, seed=2027):
+    """Issue 29's long-document epoch, of its shape: 85 % lognormal around 2,500 tokens, 15 %
+    uniform in 8k..60k, cut to 32k."""
+    rng = np.random.default_rng(seed)
+    docs = np.concatenate([rng.lognormal(np.log(2500), 1.1, int(n * 0.85)), rng.uniform(8000, 60000, n - int(n * 0.85))])
+    rng.shuffle(docs)
+    return np.clip(np.rint(docs), 16, 32768).astype(np.int64)
 
 
 # ------------------------------------------------------------------------------ planners
 
 
+def tenth_deviations(lengths, order):
+    """Each tenth of ``order``'s mean sample length, relative to the whole's."""
+    mean = lengths[order].mean()
+    return np.array([lengths[t].mean() / mean - 1 for t in np.array_split(order, 10)])
+
+
+def order_figures(lengths, order, step):
+    """The largest tenth deviation of ``order`` (sample ids in training order; ``step``: the
+    step of each), a plain shuffle's (the median of ten shuffles of the same samples) and
+    Spearman's correlation of step and length."""
+    from scipy.stats import spearmanr
+
+    shuffles = [np.abs(tenth_deviations(lengths, np.random.default_rng(100 + k).permutation(order))).max()
+                for k in range(10)]
+    return {"tenths": float(np.abs(tenth_deviations(lengths, order)).max()), "shuffle": float(np.median(shuffles)),
+            "spearman": float(spearmanr(step, lengths[order]).statistic)}
+
+
 def measure(lengths, L, W, M, plan_slots):
-    """Cost per (step, rank) of ``plan_slots`` = list over steps of list over ranks of the
-    sample ids of the rank's M rows, and the figures."""
+    """The figures of ``plan_slots`` = list over steps of list over ranks of the rank's ``M``
+    rows (arrays of sample ids, micro-batch by micro-batch)."""
     import packlib
 
     a, b = packlib.transformer_cost(H, causal=False)
     c = a * lengths + b * lengths.astype(np.float64) ** 2
     steps = len(plan_slots)
-    cost = np.zeros((steps, W))
-    used = 0
+    cost = np.zeros((steps, W, M))
     tokens = 0
     seen = np.zeros(lengths.size, np.int64)
     for s, ranks in enumerate(plan_slots):
-        for r, ids in enumerate(ranks):
-            ids = np.asarray(ids, dtype=np.int64)
-            cost[s, r] = c[ids].sum()
-            tokens += int(lengths[ids].sum())
-            seen[ids] += 1
-            used += ids.size
+        for r, rows in enumerate(ranks):
+            assert len(rows) == M, "M micro-batches per rank per step"
+            for m, ids in enumerate(rows):
+                ids = np.asarray(ids, dtype=np.int64)
+                cost[s, r, m] = c[ids].sum()
+                tokens += int(lengths[ids].sum())
+                seen[ids] += 1
     assert seen.max(initial=0) <= 1, "a sample scheduled twice"
-    worst = cost.max(axis=1).sum()
-    # the order samples are trained in (step by step, rank by rank): the mean length of each
-    # tenth of it against the whole epoch's
-    order = np.concatenate([np.asarray(ids, dtype=np.int64) for ranks in plan_slots for ids in ranks])
-    tenths = max(abs(lengths[t].mean() / lengths[order].mean() - 1) for t in np.array_split(order, 10))
-    return {"balance": cost.sum() / (W * worst) if worst else 1.0, "efficiency": tokens / (steps * W * M * L),
-            "dropped": lengths.size - used, "steps": steps, "tenths": tenths}
+    worst = cost.sum(axis=2).max(axis=1).sum()
+    worst_mb = cost.max(axis=1).sum()
+    # the order samples are trained in: step by step, rank by rank, micro-batch by micro-batch
+    flat = [np.asarray(ids, dtype=np.int64) for ranks in plan_slots for rows in ranks for ids in rows]
+    order = np.concatenate(flat)
+    step = np.repeat(np.arange(steps), [sum(len(ids) for rows in ranks for ids in rows) for ranks in plan_slots])
+    return {"balance": cost.sum() / (W * worst) if worst else 1.0,
+            "micro_batch_balance": cost.sum() / (W * worst_mb) if worst_mb else 1.0,
+            "efficiency": tokens / (steps * W * M * L), "dropped": lengths.size - order.size, "steps": steps,
+            **order_figures(lengths, order, step)}
 
 
 def run_packlib(lengths, L, W, M):
@@ -113,7 +156,8 @@ def run_packlib(lengths, L, W, M):
     s = packlib.balance(lengths, L, world_size=W, micro_batches=M, cost=packlib.transformer_cost(H, causal=False))
     seconds = time.perf_counter() - t0
     o, ix = s.packs.offsets, s.packs.indices
-    slots = [[ix[o[(st * W + r) * M]:o[(st * W + r) * M + M]] for r in range(W)] for st in range(s.num_steps)]
+    slots = [[[ix[o[k]:o[k + 1]] for k in range((st * W + r) * M, (st * W + r + 1) * M)] for r in range(W)]
+             for st in range(s.num_steps)]
     return seconds, slots, first
 
 
@@ -143,8 +187,7 @@ def run_trl(lengths, L, W, M, seed=0):
     perm = np.random.default_rng(seed).permutation(len(rows))  # DistributedSampler(shuffle=True)
     per_rank = len(rows) // W
     steps = per_rank // M
-    slots = [[np.concatenate([rows[perm[(st * M + m) * W + r]] for m in range(M)]) for r in range(W)]
-             for st in range(steps)]
+    slots = [[[rows[perm[(st * M + m) * W + r]] for m in range(M)] for r in range(W)] for st in range(steps)]
     return seconds, slots, None
 
 
@@ -187,7 +230,7 @@ def run_axolotl(lengths, L, W, M, seed=0):
         per_rank.append([shard[np.asarray(b, dtype=np.int64)] for b in bins])
     seconds = time.perf_counter() - t0
     steps = min(len(b) for b in per_rank) // M
-    slots = [[np.concatenate(per_rank[r][st * M:(st + 1) * M]) for r in range(W)] for st in range(steps)]
+    slots = [[per_rank[r][st * M:(st + 1) * M] for r in range(W)] for st in range(steps)]
     return seconds, slots, None
 
 
@@ -201,11 +244,15 @@ def _child(planner, lengths, L, W, M, queue):
     os.dup2(devnull, 2)  # the peers' progress bars and advisories; failures come back through the queue
     import packlib  # noqa: F401 - imports are not the planner's memory
     import packlib._kernels.balance  # noqa: F401
-    if planner.startswith("TRL"):
-        import datasets  # noqa: F401
-        import trl  # noqa: F401
-    elif planner.startswith("axolotl"):
-        _axolotl_module()
+    try:
+        if planner.startswith("TRL"):
+            import datasets  # noqa: F401
+            import trl  # noqa: F401
+        elif planner.startswith("axolotl"):
+            _axolotl_module()
+    except ImportError as exc:
+        queue.put((None, None, None, f"not installed here ({type(exc).__name__}: {exc})"))
+        return
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     try:
         seconds, slots, first = PLANNERS[planner](lengths, L, W, M)
@@ -225,21 +272,34 @@ def in_child(planner, lengths, L, W, M):
     return out
 
 
-def windows(quick: bool):
-    """Balance, efficiency and the tenths' deviation of packlib.balance for several windows."""
+def packlib_figures(s, lengths):
+    """Order figures of a packlib schedule (training order: its packs' sample ids)."""
+    step = np.repeat(np.arange(s.packs.num_packs) // (s.world_size * s.micro_batches), np.diff(s.packs.offsets))
+    return order_figures(lengths, s.packs.indices, step)
+
+
+def windows(quick: bool, only: str | None, seeds: int = 5):
+    """packlib.balance for several windows: balance, micro-batch balance, efficiency, the
+    tenths (seed 0's and the median over ``seeds`` seeds) beside a shuffle's, Spearman."""
     import packlib
 
     cost = packlib.transformer_cost(H, causal=False)
-    print(f"{'workload':<36} {'window':>6} {'balance':>8} {'efficiency':>10} {'tenths':>7} {'time':>8}")
+    print(f"{'workload':<22} {'window':>6} {'balance':>8} {'per-mb':>8} {'efficiency':>10} {'tenths':>7} "
+          f"{'median':>7} {'shuffle':>7} {'spearman':>9} {'time':>8}")
     for name, lengths, L, W, M in workloads(quick):
+        if only and only != name:
+            continue
         for window in (2, 4, 8, 16, 32, 64):
             t0 = time.perf_counter()
             s = packlib.balance(lengths, L, world_size=W, micro_batches=M, cost=cost, window=window)
             seconds = time.perf_counter() - t0
-            order = s.packs.indices
-            tenths = max(abs(lengths[t].mean() / lengths[order].mean() - 1) for t in np.array_split(order, 10))
-            print(f"{name:<36} {window:>6} {s.balance:>8.4f} {s.efficiency:>10.4f} {100 * tenths:>6.1f}% "
-                  f"{seconds:>7.2f}s")
+            fig = packlib_figures(s, lengths)
+            others = [packlib.balance(lengths, L, world_size=W, micro_batches=M, cost=cost, window=window, seed=k)
+                      for k in range(1, seeds)]
+            med = np.median([fig["tenths"]] + [packlib_figures(o, lengths)["tenths"] for o in others])
+            print(f"{name:<22} {window:>6} {s.balance:>8.4f} {s.micro_batch_balance:>8.4f} {s.efficiency:>10.4f} "
+                  f"{100 * fig['tenths']:>6.1f}% {100 * med:>6.1f}% {100 * fig['shuffle']:>6.1f}% "
+                  f"{fig['spearman']:>+9.4f} {seconds:>7.2f}s")
         print()
 
 
@@ -248,29 +308,34 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--skip-large", action="store_true", help="skip 1 M samples x 64 ranks")
     ap.add_argument("--windows", action="store_true", help="packlib only: balance and order against the window")
+    ap.add_argument("--only", help="one workload, by name (e.g. 'long documents, 60k')")
     args = ap.parse_args()
     if args.windows:
-        return windows(args.quick)
-    print(f"{'workload':<36} {'planner':<24} {'balance':>8} {'efficiency':>10} {'dropped':>9} {'steps':>6} "
-          f"{'time':>9} {'peak memory':>12} {'tenths':>7}")
+        return windows(args.quick, args.only)
+    print(f"{'workload':<36} {'planner':<18} {'balance':>8} {'per-mb':>8} {'efficiency':>10} {'dropped':>15} "
+          f"{'steps':>6} {'time':>9} {'peak memory':>12} {'tenths':>7} {'shuffle':>7} {'spearman':>9}")
     cases = workloads(args.quick)
     if not args.skip_large:
         rng = np.random.default_rng(7)
         big = np.clip(np.rint(rng.lognormal(np.log(600), 1.0, 1_000_000)), 1, 8192).astype(np.int64)
         cases.append(("1 M chat-like, 64 ranks", big, 8192, 64, 2))
     for name, lengths, L, W, M in cases:
+        if args.only and args.only != name:
+            continue
         label = f"{name}, L={L // 1024 if L >= 1024 else L}{'k' if L >= 1024 else ''}, {W}x{M}"
         for planner in PLANNERS:
             if planner.startswith("TRL") and name.startswith("1 M"):
                 continue
             fig, seconds, first, peak = in_child(planner, lengths, L, W, M)
             if fig is None:
-                print(f"{label:<36} {planner:<24} failed: {peak}")
+                print(f"{label:<36} {planner:<18} {peak}", flush=True)
                 continue
             drop = f"{fig['dropped']:,} ({100 * fig['dropped'] / lengths.size:.1f} %)"
             extra = f"  (first call {first:.1f} s)" if first else ""
-            print(f"{label:<36} {planner:<24} {fig['balance']:>8.4f} {fig['efficiency']:>10.4f} {drop:>9} "
-                  f"{fig['steps']:>6,} {seconds:>8.2f}s {peak / 2**20:>9.0f} MiB {100 * fig['tenths']:>6.1f}%{extra}")
+            print(f"{label:<36} {planner:<18} {fig['balance']:>8.4f} {fig['micro_batch_balance']:>8.4f} "
+                  f"{fig['efficiency']:>10.4f} {drop:>15} {fig['steps']:>6,} {seconds:>8.2f}s "
+                  f"{peak / 2**20:>9.0f} MiB {100 * fig['tenths']:>6.1f}% {100 * fig['shuffle']:>6.1f}% "
+                  f"{fig['spearman']:>+9.4f}{extra}", flush=True)
         print()
 
 

@@ -21,6 +21,7 @@ SECTIONS = [
     ("Comparison", ["compare", "ComparisonTable"]),
     ("Blended-dataset indices", ["blend", "blend_exhaustive", "BlendedIndex"]),
     ("Bucketing and streaming", ["BucketedReadaheadBatchIterator", "bucket", "pack_stream"]),
+    ("Compute-balanced steps", ["balance", "fit_cost", "transformer_cost", "Schedule", "BalancedBatchSampler"]),
     ("Utilities", ["warmup", "datasets.wikipedia_512", "datasets.load_histogram"]),
     ("Plots (extra `plot`)", ["plot.histogram", "plot.plan", "plot.strategies", "plot.compare"]),
 ]
