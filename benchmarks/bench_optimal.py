@@ -263,7 +263,10 @@ def battery(draws, issue_rows=True, check=True, limit=True):
             check_plan(plan, h, L, depth)
         close = plan.gap <= max(1, plan.lower_bound // 10_000)
         cert = plan.bound.certificate
-        bound_from = "grid %d" % cert.grid if cert is not None and cert.grid else plan.bound.info.get("bound_from", "-")
+        lb = plan.bound
+        bound_from = ("grid %d" % cert.grid if cert is not None and cert.grid else "tokens" if lb.bound == lb.trivial_bound
+                      else "sequences/depth" if lb.bound == lb.cardinality_bound else "long sequences"
+                      if lb.bound == lb.large_items_bound else "slot or L2")
         results.append((name, L, depth, plan, t, goal, close))
         label = "issue" if k < len(cases) - draws else f"d{k - (len(cases) - draws)}"
         print(f"{label:>3} {name[:44]:<44} {L:>7,} {depth:>5} {int(h.sum()):>10,} {plan.num_packs:>9,} "

@@ -891,3 +891,35 @@ def test_warmup_covers_the_depth_limited_long_context_route():
     assert out.returncode == 0, out.stderr
     new = json.loads(out.stdout.strip().splitlines()[-1])
     assert not new, f"kernels compiled by the depth-limited route after the warm-up: {new}"
+
+
+def test_lp_stopped_by_the_clock_keeps_its_solution_beside_its_patterns(monkeypatch):
+    """Column generation stopped by the clock after adding a round's patterns: the LP
+    solution covers the patterns it was solved over, padded with zeros for the new ones,
+    so rounding it (the grid plan, the LP rounding) stays aligned (it indexed past its
+    end before)."""
+    import time
+
+    from packlib.optimal import _lp, _relaxed
+    from packlib.optimal._solver import _Solver
+
+    class Late:  # the clock column generation reads: always past the deadline
+        perf_counter = staticmethod(lambda: float("inf"))
+
+    monkeypatch.setattr(_lp, "time", Late)
+    rng = np.random.default_rng(0)
+    L = 200
+    x = np.clip(np.rint(rng.lognormal(np.log(L) - 1.2, 0.8, 200_000)), 1, L).astype(np.int64)
+    h = np.bincount(x, minlength=L + 1)[1:] * 5
+    solver = _Solver(h, L, 3, time.perf_counter() + 1e6, nnls=False)  # as the grid LPs: no NNLSHP seed
+    solver.run_heuristics(("lpfhp", "spfhp"))
+    lb = solver.bound()
+    assert not lb.lp_converged and solver.x.size == solver.master.rows.shape[0] > 0
+    found = solver.round_and_repair(lb.bound, min(p.num_packs for p in solver.heuristics.values()))
+    if found is not None:
+        strategies, counts = np.asarray(found[1]), found[2]
+        assert np.array_equal(np.bincount(strategies.ravel(), weights=np.repeat(counts, strategies.shape[1]),
+                                          minlength=L + 1)[1:].astype(np.int64), h)
+    (items, offsets, counts), _, _ = _relaxed.grid_plan(h, L, 3, 100, time.perf_counter() + 1e6)
+    rows = np.repeat(np.arange(counts.size), np.diff(offsets))
+    assert np.array_equal(np.bincount(items, weights=counts[rows], minlength=L + 1)[1:].astype(np.int64), h)

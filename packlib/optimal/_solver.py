@@ -251,6 +251,8 @@ class _Solver:
             timed_out = not converged and not self.time_left()
             certs += [_certify(p, h, L, depth) for p in prices]
             columns = pool.rows.shape[0]
+            if x is not None and x.size < master.rows.shape[0]:  # stopped by the clock after adding columns
+                x = np.concatenate([x, np.zeros(master.rows.shape[0] - x.size)])
             self.master, self.pool, self.x = master, pool, x
         elif lp and h.any():
             timed_out = True
