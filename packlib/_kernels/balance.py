@@ -288,6 +288,10 @@ def _slots(item_row, slot_of_row, n_rows):
     return counts, items
 
 
+_DENSE_MIN = 16  # plain best-fit decreasing stays when no row holds more sequences than this,
+_DENSE_RATIO = 4  # or than this many times the mean
+
+
 @jit
 def _bfd_rounds(lengths, order, L, depth, small, reserve, short_round, pack_of, fill, count, head, nxt, present):
     """Best fit, in ``order``: the sequences of at least ``small`` tokens into rows filled
@@ -341,12 +345,13 @@ def _bfd_rounds(lengths, order, L, depth, small, reserve, short_round, pack_of, 
 @jit
 def spread_bfd(lengths, L, depth, small, rows, steps):
     """Best-fit decreasing that spreads the short sequences (under ``small`` tokens) over
-    the rows instead of leaving them to rows of their own: the longer ones first, into rows
-    filled only up to ``L - reserve``, then the short ones, best fit into the rows' whole
-    free space. ``reserve`` is the short sequences' tokens per row that holds no sequence
-    longer than ``L`` minus it, if the packing then needs at most ``rows`` rows; else the
-    largest (of ``steps`` bisection steps below it) that does; else 0 (plain best-fit
-    decreasing). Returns CSR ``(offsets, items)`` over positions in ``lengths``."""
+    the rows instead of leaving them to rows of their own, where plain best-fit decreasing
+    leaves a row of more than 16 sequences and 4 times the mean: the longer ones first, into
+    rows filled only up to ``L - reserve``, then the short ones, best fit into the rows'
+    whole free space. ``reserve`` is the short sequences' tokens per row (of the rows that
+    hold no sequence longer than ``L`` minus it) if the packing then needs at most ``rows``
+    rows; else the largest (of ``steps`` bisection steps below it) that does; else 0 (plain
+    best-fit decreasing). Returns CSR ``(offsets, items)`` over positions in ``lengths``."""
     n = lengths.size
     order = decreasing_order(lengths, lengths.max() if n else 0)
     size = _pow2_at_least(L + 1)
@@ -366,9 +371,15 @@ def spread_bfd(lengths, L, depth, small, rows, steps):
         if lengths[i] > L - reserve:
             alone += 1
     hi = min(short // max(rows - alone, 1), L - small)
-    lo = 0  # a reserve known to fit (0: plain best-fit decreasing)
-    best = np.empty(n, np.int64)  # the packing of reserve lo, once one fitted
-    n_best = -1
+    # plain best-fit decreasing first: if no row holds many more sequences than the mean, it stays
+    best = np.empty(n, np.int64)
+    n_best = _bfd_rounds(lengths, order, L, depth, small, 0, True, best, fill, count, head, nxt, present)
+    most = 0
+    for p in range(n_best):
+        most = max(most, count[p])
+    if most <= max(_DENSE_MIN, _DENSE_RATIO * n / max(n_best, 1)):
+        return csr_from_assignment(order, best, n_best)
+    lo = 0  # a reserve known to fit (0: the plain packing, in best)
     for attempt in range(steps + 1):
         if hi - lo <= 1:
             break
@@ -381,6 +392,4 @@ def spread_bfd(lengths, L, depth, small, rows, steps):
                 break
         else:
             hi = mid
-    if n_best < 0:
-        n_best = _bfd_rounds(lengths, order, L, depth, small, 0, True, best, fill, count, head, nxt, present)
     return csr_from_assignment(order, best, n_best)
