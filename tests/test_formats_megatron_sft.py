@@ -319,3 +319,15 @@ def test_integer_masks_and_sliced_tables(tmp_path):
     for table in (t, as_int):
         write_packed(table.slice(3, 20), 48, output=tmp_path / "s.npy")
         assert written_sequences(tmp_path / "s.npy") == expected(rows[3:23])
+
+
+@pytest.mark.parametrize("kind", ["loss_mask", "answer_start_idx"])
+def test_batches_of_packs_write_the_same_bytes(tmp_path, monkeypatch, kind):
+    """The file is written a batch of packs at a time: any batch size gives the same bytes."""
+    from packlib.formats import megatron_sft
+
+    t = table_of(sft_rows(120, seed=11, kind=kind))
+    write_packed(t, 40, output=tmp_path / "one.npy", seed=2)
+    monkeypatch.setattr(megatron_sft, "_BATCH_TOKENS", 50)
+    write_packed(t, 40, output=tmp_path / "many.npy", seed=2)
+    assert (tmp_path / "one.npy").read_bytes() == (tmp_path / "many.npy").read_bytes()

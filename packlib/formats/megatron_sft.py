@@ -305,8 +305,12 @@ def _frame(num_packs: int) -> tuple:
     return head.getvalue() + body[:first] + b"(", b"e" + body[last:]
 
 
-def _write_npy(f, ids_off, ids, mask, rows_map, seg, order, pack_off, batch_tokens: int = 1 << 24) -> None:
-    """Write the .npy to the open file ``f``, a batch of packs (about ``batch_tokens`` tokens) at a time."""
+# tokens per batch of packs the kernel encodes at once (a module constant so tests can make it small)
+_BATCH_TOKENS = 1 << 24
+
+
+def _write_npy(f, ids_off, ids, mask, rows_map, seg, order, pack_off) -> None:
+    """Write the .npy to the open file ``f``, a batch of packs (about ``_BATCH_TOKENS`` tokens) at a time."""
     from .._kernels.megatron_sft import pickled_packs
 
     P = pack_off.size - 1
@@ -318,7 +322,7 @@ def _write_npy(f, ids_off, ids, mask, rows_map, seg, order, pack_off, batch_toke
     m_off, m_vals = (mask[1], mask[2]) if use_mask else (ids_off, np.zeros(1, np.uint8))
     p0 = 0
     while p0 < P:
-        p1 = int(np.searchsorted(cum, cum[p0] + batch_tokens, side="right")) - 1
+        p1 = int(np.searchsorted(cum, cum[p0] + _BATCH_TOKENS, side="right")) - 1
         p1 = min(max(p1, p0 + 1), P)
         sel = order[pack_off[p0]:pack_off[p1]]
         rows = seg.row[sel]
