@@ -5,6 +5,8 @@
     python benchmarks/bench_balance.py --quick    # smaller epochs
     python benchmarks/bench_balance.py --windows  # packlib's window trade-off on the same workloads
     python benchmarks/bench_balance.py --only "long documents, 60k"   # one workload
+    python benchmarks/bench_balance.py --order    # the order over seeds 0-9 (issue 29's table)
+    git archive 856cae8 packlib | tar -x -C /tmp/old && python benchmarks/bench_balance.py --order --against /tmp/old
 
 On lengths drawn here (seeded), with a sequence of ``l`` tokens costing ``l + l**2 / (6 h)``
 (``h = 4096``, full attention: ``packlib.transformer_cost(4096, causal=False)``), one run,
@@ -303,13 +305,48 @@ def windows(quick: bool, only: str | None, seeds: int = 5):
         print()
 
 
+def order_across_seeds(seeds: int = 10):
+    """Issue 29's table: each tenth's mean length against the epoch's, seeds 0-2, and over
+    ``seeds`` seeds the largest tenth (median, max) beside a shuffle's, Spearman, and how
+    alike the tenths of two seeds are (their correlation, averaged over pairs)."""
+    import packlib
+
+    print(f"packlib from {pathlib.Path(packlib.__file__).parent}")
+    cost = packlib.transformer_cost(H, causal=False)
+    cases = [("long documents, 60k", long_documents(60_000), 32768, 32, 2)]
+    cases += [c for c in workloads(False) if c[0] == "code and prose"]
+    for name, lengths, L, W, M in cases:
+        print(f"{name}: seed | tenths 1 .. 10 (%) | largest | a shuffle's | Spearman | balance")
+        devs, spearman, largest, shuffles = [], [], [], []
+        for seed in range(seeds):
+            s = packlib.balance(lengths, L, world_size=W, micro_batches=M, cost=cost, seed=seed)
+            fig = packlib_figures(s, lengths)
+            devs.append(tenth_deviations(lengths, s.packs.indices))
+            spearman.append(fig["spearman"])
+            largest.append(fig["tenths"])
+            shuffles.append(fig["shuffle"])
+            if seed < 3:
+                print(f"| {seed} | " + " ".join(f"{100 * x:+.1f}" for x in devs[-1]) + f" | {100 * fig['tenths']:.1f} % | "
+                      f"{100 * fig['shuffle']:.1f} % | {fig['spearman']:+.4f} | {s.balance:.4f} |")
+        corr = np.corrcoef(np.array(devs))[np.triu_indices(seeds, 1)]
+        print(f"seeds 0-{seeds - 1}: largest tenth median {100 * np.median(largest):.1f} % (max {100 * max(largest):.1f} %), "
+              f"a shuffle's {100 * np.median(shuffles):.1f} %; |Spearman| max {max(map(abs, spearman)):.4f}; "
+              f"tenths of two seeds correlated {corr.mean():+.2f} on average\n")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--skip-large", action="store_true", help="skip 1 M samples x 64 ranks")
     ap.add_argument("--windows", action="store_true", help="packlib only: balance and order against the window")
     ap.add_argument("--only", help="one workload, by name (e.g. 'long documents, 60k')")
+    ap.add_argument("--order", action="store_true", help="packlib only: the order over seeds 0-9 (issue 29's table)")
+    ap.add_argument("--against", help="with --order: import packlib from this checkout (e.g. an older commit's)")
     args = ap.parse_args()
+    if args.against:
+        sys.path.insert(0, str(pathlib.Path(args.against).resolve()))
+    if args.order:
+        return order_across_seeds()
     if args.windows:
         return windows(args.quick, args.only)
     print(f"{'workload':<36} {'planner':<18} {'balance':>8} {'per-mb':>8} {'efficiency':>10} {'dropped':>15} "
