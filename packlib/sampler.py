@@ -24,7 +24,9 @@ import numpy as np
 
 __all__ = ["BalancedBatchSampler"]
 
-_STATE_VERSION = 1
+# 2: issue 29's planner (spread packing, seeded order): a version-1 state's position is in
+# another schedule of the same settings
+_STATE_VERSION = 2
 
 
 class BalancedBatchSampler:
@@ -136,6 +138,12 @@ class BalancedBatchSampler:
         """
         from ._validate import as_nonnegative_int
 
+        if isinstance(state, dict) and isinstance(state.get("version"), int) and "fingerprint" in state \
+                and state["version"] != _STATE_VERSION:
+            raise ValueError(f"this state was taken by another version of the planner (state version "
+                             f"{state['version']}, this packlib's {_STATE_VERSION}): its schedule differs, so its "
+                             "position cannot be resumed here; resume with the packlib that took it, or start "
+                             "the epoch again")
         if not isinstance(state, dict) or state.get("version") != _STATE_VERSION:
             raise ValueError(f"not a BalancedBatchSampler state (version {_STATE_VERSION}): {state!r:.120}")
         if state.get("fingerprint") != self._fingerprint:

@@ -304,6 +304,8 @@ def test_sampler_refuses_other_settings_and_bad_ranks():
         packlib.BalancedBatchSampler(lengths, 128, rank=2, world_size=2)
     with pytest.raises(ValueError, match="not a BalancedBatchSampler state"):
         a.load_state_dict({"epoch": 0})
+    with pytest.raises(ValueError, match="another version of the planner"):
+        a.load_state_dict(dict(state, version=1))  # issue 29 changed the schedules of the same settings
 
 
 def test_sampler_with_a_torch_dataloader():
