@@ -293,10 +293,12 @@ _DENSE_RATIO = 4  # or than this many times the mean
 
 
 @jit
-def _bfd_rounds(lengths, order, L, depth, small, reserve, short_round, pack_of, fill, count, head, nxt, present):
+def _bfd_rounds(lengths, order, L, depth, small, reserve, short_round, pack_of, fill, count, head, nxt, present,
+                limit):
     """Best fit, in ``order``: the sequences of at least ``small`` tokens into rows filled
     up to ``L - reserve`` (a longer one alone opens a row); with ``short_round``, then the
-    shorter ones into the rows' whole free space. Returns the number of rows."""
+    shorter ones into the rows' whole free space. Returns the number of rows, or, as soon
+    as it passes ``limit``, ``limit + 1`` (the packing unfinished)."""
     n = lengths.size
     size = present.size // 2
     present[:] = False
@@ -322,6 +324,8 @@ def _bfd_rounds(lengths, order, L, depth, small, reserve, short_round, pack_of, 
             if r < 0 or r > L:
                 p = n_packs
                 n_packs += 1
+                if n_packs > limit:
+                    return n_packs
                 fill[p] = 0
                 count[p] = 0
             else:
@@ -373,7 +377,7 @@ def spread_bfd(lengths, L, depth, small, rows, steps):
     hi = min(short // max(rows - alone, 1), L - small)
     # plain best-fit decreasing first: if no row holds many more sequences than the mean, it stays
     best = np.empty(n, np.int64)
-    n_best = _bfd_rounds(lengths, order, L, depth, small, 0, True, best, fill, count, head, nxt, present)
+    n_best = _bfd_rounds(lengths, order, L, depth, small, 0, True, best, fill, count, head, nxt, present, n)
     most = 0
     for p in range(n_best):
         most = max(most, count[p])
@@ -384,7 +388,7 @@ def spread_bfd(lengths, L, depth, small, rows, steps):
         if hi - lo <= 1:
             break
         mid = hi if attempt == 0 else (lo + hi) // 2  # the even spread first, then bisection below it
-        got = _bfd_rounds(lengths, order, L, depth, small, mid, True, pack_of, fill, count, head, nxt, present)
+        got = _bfd_rounds(lengths, order, L, depth, small, mid, True, pack_of, fill, count, head, nxt, present, rows)
         if got <= rows:
             lo, n_best = mid, got
             best[:] = pack_of
