@@ -6,6 +6,7 @@
     python benchmarks/bench_balance.py --windows  # packlib's window trade-off on the same workloads
     python benchmarks/bench_balance.py --only "long documents, 60k"   # one workload
     python benchmarks/bench_balance.py --order    # the order over seeds 0-9 (issue 29's table)
+    python benchmarks/bench_balance.py --planners packlib,axolotl   # some planners only
     git archive 856cae8 packlib | tar -x -C /tmp/old && python benchmarks/bench_balance.py --order --against /tmp/old
 
 On lengths drawn here (seeded), with a sequence of ``l`` tokens costing ``l + l**2 / (6 h)``
@@ -340,6 +341,7 @@ def main():
     ap.add_argument("--skip-large", action="store_true", help="skip 1 M samples x 64 ranks")
     ap.add_argument("--windows", action="store_true", help="packlib only: balance and order against the window")
     ap.add_argument("--only", help="one workload, by name (e.g. 'long documents, 60k')")
+    ap.add_argument("--planners", help="only the planners whose name contains this (e.g. 'packlib')")
     ap.add_argument("--order", action="store_true", help="packlib only: the order over seeds 0-9 (issue 29's table)")
     ap.add_argument("--against", help="with --order: import packlib from this checkout (e.g. an older commit's)")
     args = ap.parse_args()
@@ -362,6 +364,8 @@ def main():
         label = f"{name}, L={L // 1024 if L >= 1024 else L}{'k' if L >= 1024 else ''}, {W}x{M}"
         for planner in PLANNERS:
             if planner.startswith("TRL") and name.startswith("1 M"):
+                continue
+            if args.planners and not any(p in planner for p in args.planners.split(",")):
                 continue
             fig, seconds, first, peak = in_child(planner, lengths, L, W, M)
             if fig is None:
