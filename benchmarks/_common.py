@@ -66,3 +66,43 @@ def interleaved(calls, repeat: int):
             call()
             best[k] = min(best[k], time.perf_counter() - t0)
     return best
+
+
+def rss_bytes() -> int:
+    """This process's resident memory now (Linux)."""
+    import os
+
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+class PeakRss:
+    """``with PeakRss() as m: ...`` samples the resident memory every ``interval`` seconds in a
+    thread; afterwards ``m.peak`` is the peak above the start (bytes), ``m.seconds`` the wall time."""
+
+    def __init__(self, interval: float = 0.001):
+        self.interval, self.peak, self.seconds = interval, 0, 0.0
+
+    def __enter__(self):
+        import gc
+        import threading
+
+        gc.collect()
+        self._start = self._top = rss_bytes()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        self._t0 = time.perf_counter()
+        return self
+
+    def _sample(self):
+        while not self._stop.is_set():
+            self._top = max(self._top, rss_bytes())
+            time.sleep(self.interval)
+
+    def __exit__(self, *exc):
+        self.seconds = time.perf_counter() - self._t0
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self._top, rss_bytes()) - self._start
+        return False

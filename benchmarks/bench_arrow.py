@@ -33,7 +33,6 @@ import gc
 import os
 import pathlib
 import sys
-import threading
 import time
 import tracemalloc
 
@@ -43,7 +42,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import packlib  # noqa: E402
-from benchmarks._common import fmt, lognormal_lengths  # noqa: E402
+from benchmarks._common import PeakRss, fmt, lognormal_lengths  # noqa: E402
 from packlib.formats import arrow as pa_arrow  # noqa: E402
 
 L = 2048
@@ -77,41 +76,21 @@ def timed_cpu(fn):
     return time.perf_counter() - w0, time.process_time() - c0, out
 
 
-def rss_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
 def peak_memory(fn):
     """(peak RSS above the start, tracemalloc peak + pyarrow allocation peak) while ``fn`` runs."""
     import pyarrow as pa
 
-    gc.collect()
-    start = rss_bytes()
-    peak = [start]
-    stop = threading.Event()
-
-    def sample():
-        while not stop.is_set():
-            peak[0] = max(peak[0], rss_bytes())
-            time.sleep(0.0005)
-
-    t = threading.Thread(target=sample, daemon=True)
     arrow0 = pa.total_allocated_bytes()
-    arrow_peak = [0]
     tracemalloc.start()
-    t.start()
     try:
-        out = fn()
-        arrow_peak[0] = pa.total_allocated_bytes() - arrow0
+        with PeakRss(interval=0.0005) as m:
+            out = fn()
+            arrow_peak = pa.total_allocated_bytes() - arrow0
     finally:
-        stop.set()
-        t.join()
         _, traced = tracemalloc.get_traced_memory()
         tracemalloc.stop()
-    peak[0] = max(peak[0], rss_bytes())
     del out
-    return peak[0] - start, traced + max(arrow_peak[0], 0)
+    return m.peak, traced + max(arrow_peak, 0)
 
 
 def seq_lengths_sorted(table_or_dataset):
@@ -141,11 +120,11 @@ def main():
 
     # first call: compile or load the kernels
     t0 = time.perf_counter()
-    pa_arrow.pack_table(table.slice(0, 1000), L)
+    pa_arrow.pack_table(table.slice(0, 1000), L, overflow="truncate")
     t_first = time.perf_counter() - t0
 
     # memory first, before pyarrow's pool holds memory freed by earlier runs
-    extra_rss, traced = peak_memory(lambda: pa_arrow.pack_table(table, L))
+    extra_rss, traced = peak_memory(lambda: pa_arrow.pack_table(table, L, overflow="truncate"))
 
     try:
         from trl.data_utils import pack_dataset as trl_pack

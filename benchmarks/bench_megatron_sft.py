@@ -36,15 +36,12 @@ of earlier calls would be reused unseen) with its inputs built first. The machin
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import pathlib
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 
 import numpy as np
 
@@ -52,7 +49,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import packlib  # noqa: E402
-from benchmarks._common import fmt  # noqa: E402
+from benchmarks._common import PeakRss, fmt  # noqa: E402
 from tests import naive_megatron_sft as naive  # noqa: E402
 
 L = 4096
@@ -65,33 +62,11 @@ def sft_lengths(n: int, seed: int = 0) -> np.ndarray:
     return np.clip(np.rint(x), 8, L + 1).astype(np.int64)
 
 
-def rss_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
 def measured(fn):
     """(wall seconds, peak RSS above the start in bytes, result) of one call."""
-    gc.collect()
-    start = rss_bytes()
-    peak = [start]
-    stop = threading.Event()
-
-    def sample():
-        while not stop.is_set():
-            peak[0] = max(peak[0], rss_bytes())
-            time.sleep(0.001)
-
-    t = threading.Thread(target=sample, daemon=True)
-    t.start()
-    t0 = time.perf_counter()
-    try:
+    with PeakRss() as m:
         out = fn()
-    finally:
-        wall = time.perf_counter() - t0
-        stop.set()
-        t.join()
-    return wall, max(peak[0], rss_bytes()) - start, out
+    return m.seconds, m.peak, out
 
 
 def first_fit(order, capacity: int) -> np.ndarray:
