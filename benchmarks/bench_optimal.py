@@ -4,6 +4,8 @@
     python benchmarks/bench_optimal.py --quick    # Wikipedia depth 3 only, arc-flow baseline at depth 2
     python benchmarks/bench_optimal.py --long     # only the long-context rows (L = 8k-128k, and 512 for reference)
     python benchmarks/bench_optimal.py --against DIR   # the split kernels vs another checkout's
+    python benchmarks/bench_optimal.py --battery [N]   # issue 30: its rows and N (36) random draws, time goal as time_limit
+    python benchmarks/bench_optimal.py --battery 0 --no-limit   # ... only the issue's rows, without the time limit
 
 Long-context rows (issues 14 and 22): ``optimal_pack`` at L = 8,192 (3 M lognormal lengths,
 unlimited and depth 8), 32,768 (2 M, bimodal) and 131,072 (1 M, bimodal); with depth limits
@@ -401,11 +403,12 @@ def main():
     ap.add_argument("--long", action="store_true", help="only the long-context rows (L = 8k-128k)")
     ap.add_argument("--battery", type=int, nargs="?", const=36, metavar="DRAWS",
                     help="issue 30's battery: its rows and DRAWS random draws (default 36), one run each, and a summary")
+    ap.add_argument("--no-limit", action="store_true", help="with --battery: no time_limit (the goal only reported)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--against", metavar="DIR", help="time the split kernels against the checkout in DIR")
     args = ap.parse_args()
     if args.battery is not None:
-        battery(args.battery)
+        battery(args.battery, limit=not args.no_limit)
         return
     if args.against:
         compare_kernels(args.against)

@@ -45,7 +45,7 @@ def _long_context(h: np.ndarray, L: int, depth: int | None) -> bool:
 DEPTH_MODES = (3, 2, 0, 4, 5)  # the exact-fill variants tried with a depth limit (exact_fill's modes)
 
 
-def _fill_plan(h: np.ndarray, L: int, depth: int | None):
+def _fill_plan(h: np.ndarray, L: int, depth: int | None, modes=None):
     """The best of the exact-fill packings (see :func:`packlib._kernels.optimal.exact_fill`)
     as ``(items, offsets, counts, how)`` (CSR: wide packs at long context take the room of
     their items). With a depth limit the candidates are the depth-aware fill, and the
@@ -55,13 +55,15 @@ def _fill_plan(h: np.ndarray, L: int, depth: int | None):
     if depth is None:
         out, mode = _best_fill(h, L, 0, (2, 0))
         return (*out, f"fill {mode}")
-    out, mode = _best_fill(h, L, depth, DEPTH_MODES)
+    if modes is None:  # fill 5 (tiny beside huge) at long context only: below, its packs seed the LP worse
+        modes = DEPTH_MODES if L > _tuning.LONG_CONTEXT else DEPTH_MODES[:4]
+    out, mode = _best_fill(h, L, depth, modes)
     candidates = [(*out, f"fill {mode}")]
     unlimited = exact_fill(h, L, 0, 2)
     if np.diff(unlimited[1]).max(initial=0) <= depth:
         candidates.append((*unlimited, "fill 2"))
     elif h.sum() <= depth * unlimited[2].sum():  # else the depth binds: more sequences than those packs hold
-        candidates.append(_repaired(unlimited, L, depth))
+        candidates.append(_repaired(unlimited, L, depth, modes))
     return min(candidates, key=lambda c: int(c[2].sum()))
 
 
@@ -78,7 +80,7 @@ def _best_fill(h: np.ndarray, L: int, D: int, modes):
     return best
 
 
-def _repaired(unlimited, L: int, depth: int):
+def _repaired(unlimited, L: int, depth: int, modes=DEPTH_MODES):
     """The unlimited fill made to respect the depth limit by exchanges
     (:func:`packlib._kernels.exchange.depth_repair`), what no exchange fixed packed again
     by the depth-aware fill: ``(items, offsets, counts, how)``."""
@@ -90,9 +92,14 @@ def _repaired(unlimited, L: int, depth: int):
     how = "fill 2 + exchanges"
     if residual.any():
         best = None
-        for wmin, factor in MIXES:
+        # (where the exchanges leave a tenth of the sequences or more, the depth binds and
+        # the grid LPs make the plan; below long context, the LP's rounding does: the mixes
+        # would only cost time)
+        few = 10 * residual.sum() < cnt @ np.diff(offsets) + residual.sum()
+        mixes = MIXES if few and L > _tuning.LONG_CONTEXT else MIXES[:1]
+        for wmin, factor in mixes:
             kept, union = _mixed_residual(items, offsets, cnt, residual, depth, wmin, factor)
-            (r_items, r_offsets, r_counts), _ = _best_fill(union, L, depth, DEPTH_MODES)
+            (r_items, r_offsets, r_counts), _ = _best_fill(union, L, depth, modes)
             if best is None or kept.sum() + r_counts.sum() < best[0]:
                 best = (kept.sum() + r_counts.sum(), kept, r_items, r_offsets, r_counts, wmin, factor)
         _, kept, r_items, r_offsets, r_counts, wmin, factor = best
@@ -182,6 +189,7 @@ class _Solver:
         self.extra_certificates = []  # proven elsewhere (the grid and slot bounds)
         self.grids = []  # grid sizes whose LPs ran (long context with a depth limit)
         self.seeds = None  # extra starting patterns (rows of lengths), e.g. a coarser grid's
+        self.fill_modes = None  # the exact-fill variants of the "fill" heuristic (None: _fill_plan's choice)
 
     def time_left(self) -> bool:
         if self.deadline is None or time.perf_counter() < self.deadline:
@@ -196,7 +204,7 @@ class _Solver:
             if name in self.heuristics:
                 continue
             if name == "fill":
-                self.heuristics[name] = _Plan(*_fill_plan(self.h, self.L, self.depth))
+                self.heuristics[name] = _Plan(*_fill_plan(self.h, self.L, self.depth, self.fill_modes))
             elif name != "nnls" or (self.nnls and self.time_left() and nnls_fits(self.L)
                                     and self.L <= _tuning.LONG_CONTEXT):
                 # the greedy packers take milliseconds; NNLSHP only runs while time is left
