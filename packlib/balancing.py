@@ -73,10 +73,11 @@ _MAX_ROUNDS = 512  # ... up to this many (each round scans the step's sequences)
 _MAX_WINDOW_ROWS = 2**26  # rows of one window (window x world_size x micro_batches)
 _GOLDEN = 0x9E3779B97F4A7C15
 # the window's packing: sequences under L / _SMALL tokens are the short ones spread over the
-# rows; the reserve for them is searched by up to _BISECTIONS halvings, allowing the packing
-# one row per _SLACK rows of the window more than the tokens need (carried to the next window)
+# rows; their reserve is searched in steps of 1 / 2**_RESERVE_STEP of the even spread, from
+# the last window's (so most windows pack twice), allowing the packing one row per _SLACK
+# rows of the window more than the tokens need (carried to the next window)
 _SMALL = 8
-_BISECTIONS = 5
+_RESERVE_STEP = 5
 _SLACK = 512
 
 
@@ -416,6 +417,7 @@ class _Planner:
         self.mean_length = float(lens.sum()) / lens.size
         # samples scheduled so far minus tokens so far / mean length, across windows
         self.deviation = 0.0
+        self.spread = -1.0  # the last window's reserve for short sequences / its even spread (-1: none)
 
     def run(self, order: np.ndarray, drop_last: bool) -> None:
         lens, rows_per_window = self.lens, self.window * self.W * self.M
@@ -445,7 +447,7 @@ class _Planner:
         lens = self.lens[ids]
         L = max(1, min(self.L, int(lens.sum())))
         depth = L if self.depth is None else min(self.depth, L)
-        offsets, idx = _spread_pack(lens, L, depth, n_rows)
+        (offsets, idx), self.spread = _spread_pack(lens, L, depth, n_rows, self.spread)
         rows = offsets.size - 1
         step_rows = self.W * self.M
         tail = ids[:0]
@@ -456,7 +458,7 @@ class _Planner:
                 # end of the epoch long)
                 cut = int(np.searchsorted(np.cumsum(lens), n_rows * L, side="right"))
                 ids, tail, lens = ids[:cut], ids[cut:], lens[:cut]
-                offsets, idx = _spread_pack(lens, L, depth, n_rows)
+                (offsets, idx), self.spread = _spread_pack(lens, L, depth, n_rows, self.spread)
         keep, carry = _keep_rows(offsets, idx, lens, n_rows)
         carry_ids = np.sort(np.concatenate((ids[carry], tail))) if carry.size + tail.size else ids[:0]
         if n_rows == 0:
@@ -503,12 +505,14 @@ class _Planner:
                         readonly(rank_cost), self.L, self.depth, tuple(cost), self.seed, self.epoch, self.window)
 
 
-def _spread_pack(lens, L, depth, n_rows):
-    """The window's rows: best-fit decreasing, the short sequences spread over the rows."""
+def _spread_pack(lens, L, depth, n_rows, guess):
+    """The window's rows: best-fit decreasing, the short sequences spread over the rows (the
+    search for their reserve warm-started from the last window's, ``guess``). Returns CSR
+    ``(offsets, items)`` and this window's reserve, for the next."""
     from ._kernels.balance import spread_bfd
 
     rows = min(n_rows, -(-int(lens.sum()) // L)) + n_rows // _SLACK
-    return spread_bfd(lens, L, depth, max(1, L // _SMALL), rows, _BISECTIONS)
+    return spread_bfd(lens, L, depth, max(1, L // _SMALL), rows, _RESERVE_STEP, guess)
 
 
 def _keep_rows(offsets, idx, lens, n_rows):

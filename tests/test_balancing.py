@@ -152,7 +152,7 @@ def test_spread_packing_is_a_packing_and_needs_no_more_rows_than_asked(lengths, 
 
     lens = np.array(lengths, np.int64)
     rows = -(-int(lens.sum()) // L) + extra
-    off, items = spread_bfd(lens, L, depth, max(1, L // 8), rows, steps)
+    (off, items), _ = spread_bfd(lens, L, depth, max(1, L // 8), rows, steps)
     assert np.array_equal(np.sort(items), np.arange(lens.size)), "every sequence once"
     tokens = np.add.reduceat(lens[items], off[:-1])
     assert tokens.max() <= L and np.diff(off).max() <= depth and np.diff(off).min() >= 1
