@@ -417,7 +417,9 @@ class _Planner:
         self.mean_length = float(lens.sum()) / lens.size
         # samples scheduled so far minus tokens so far / mean length, across windows
         self.deviation = 0.0
-        self.spread = -1.0  # the last window's reserve for short sequences / its even spread (-1: none)
+        # the last window's reserve for short sequences / its even spread (-1: none), and
+        # whether the next window tests for dense rows (a plain packing) before spreading
+        self.spread = (-1.0, True)
 
     def run(self, order: np.ndarray, drop_last: bool) -> None:
         lens, rows_per_window = self.lens, self.window * self.W * self.M
@@ -447,7 +449,7 @@ class _Planner:
         lens = self.lens[ids]
         L = max(1, min(self.L, int(lens.sum())))
         depth = L if self.depth is None else min(self.depth, L)
-        (offsets, idx), self.spread = _spread_pack(lens, L, depth, n_rows, self.spread)
+        (offsets, idx), *self.spread = _spread_pack(lens, L, depth, n_rows, *self.spread)
         rows = offsets.size - 1
         step_rows = self.W * self.M
         tail = ids[:0]
@@ -458,7 +460,7 @@ class _Planner:
                 # end of the epoch long)
                 cut = int(np.searchsorted(np.cumsum(lens), n_rows * L, side="right"))
                 ids, tail, lens = ids[:cut], ids[cut:], lens[:cut]
-                (offsets, idx), self.spread = _spread_pack(lens, L, depth, n_rows, self.spread)
+                (offsets, idx), *self.spread = _spread_pack(lens, L, depth, n_rows, *self.spread)
         keep, carry = _keep_rows(offsets, idx, lens, n_rows)
         carry_ids = np.sort(np.concatenate((ids[carry], tail))) if carry.size + tail.size else ids[:0]
         if n_rows == 0:
@@ -505,14 +507,15 @@ class _Planner:
                         readonly(rank_cost), self.L, self.depth, tuple(cost), self.seed, self.epoch, self.window)
 
 
-def _spread_pack(lens, L, depth, n_rows, guess):
+def _spread_pack(lens, L, depth, n_rows, guess, check):
     """The window's rows: best-fit decreasing, the short sequences spread over the rows (the
-    search for their reserve warm-started from the last window's, ``guess``). Returns CSR
-    ``(offsets, items)`` and this window's reserve, for the next."""
+    search for their reserve warm-started from the last window's, ``guess``; ``check``: test
+    for dense rows first). Returns CSR ``(offsets, items)``, this window's reserve and
+    whether the next window tests."""
     from ._kernels.balance import spread_bfd
 
     rows = min(n_rows, -(-int(lens.sum()) // L)) + n_rows // _SLACK
-    return spread_bfd(lens, L, depth, max(1, L // _SMALL), rows, _RESERVE_STEP, guess)
+    return spread_bfd(lens, L, depth, max(1, L // _SMALL), rows, _RESERVE_STEP, guess, check)
 
 
 def _keep_rows(offsets, idx, lens, n_rows):

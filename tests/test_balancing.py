@@ -145,18 +145,40 @@ def test_no_step_holds_far_more_sequences_than_the_others():
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.integers(1, 100), min_size=1, max_size=200), st.integers(100, 128), st.sampled_from([2, 3, 1000]),
-       st.integers(0, 8), st.integers(0, 5))
-def test_spread_packing_is_a_packing_and_needs_no_more_rows_than_asked(lengths, L, depth, extra, steps):
+       st.integers(0, 8), st.integers(0, 5), st.sampled_from([-1.0, 0.0, 0.3, 0.875, 1.0]), st.booleans())
+def test_spread_packing_is_a_packing_and_needs_no_more_rows_than_asked(lengths, L, depth, extra, steps, guess, check):
     from packlib._kernels.balance import spread_bfd
     from packlib._kernels.binpack import bfd
 
     lens = np.array(lengths, np.int64)
     rows = -(-int(lens.sum()) // L) + extra
-    (off, items), _ = spread_bfd(lens, L, depth, max(1, L // 8), rows, steps)
+    (off, items), reserve, _ = spread_bfd(lens, L, depth, max(1, L // 8), rows, steps, guess, check)
     assert np.array_equal(np.sort(items), np.arange(lens.size)), "every sequence once"
     tokens = np.add.reduceat(lens[items], off[:-1])
     assert tokens.max() <= L and np.diff(off).max() <= depth and np.diff(off).min() >= 1
-    assert off.size - 1 <= max(rows, bfd(lens, L, depth)[0].size - 1)
+    assert off.size - 1 <= (rows if reserve > 0 else max(rows, bfd(lens, L, depth)[0].size - 1))
+    assert reserve == -1.0 or 0.0 < reserve <= 1.0
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(1, 300_000), min_size=1, max_size=300), st.integers(1, 300_000), st.sampled_from([1, 2, 7, 10**9]))
+def test_the_spread_packing_s_bucket_bitset_packs_like_best_fit_decreasing(lengths, L, depth):
+    """With no reserve and no short round, the spread's packing (buckets of rows in a
+    hierarchical bitset, up to four levels here) is plain best-fit decreasing, row for row."""
+    from packlib._kernels.balance import _bfd_rounds, _bitset_levels
+    from packlib._kernels.binpack import bfd, decreasing_order
+
+    lens = np.minimum(np.array(lengths, np.int64), L)
+    n, depth = lens.size, min(depth, L)
+    order = decreasing_order(lens, lens.max())
+    off = _bitset_levels(L + 1)
+    pack_of = np.empty(n, np.int64)
+    scratch = [np.zeros(n, np.int64) for _ in range(3)]
+    rows = _bfd_rounds(lens, order, L, depth, 1, 0, False, pack_of, scratch[0], scratch[1], np.empty(L + 1, np.int64),
+                       scratch[2], np.zeros(off[-1], np.uint64), off, n)
+    ref_off, ref_items = bfd(lens, L, depth)
+    assert rows == ref_off.size - 1
+    assert np.array_equal(np.repeat(np.arange(rows), np.diff(ref_off)), pack_of[np.argsort(order)][ref_items])
 
 
 def test_drop_last_false_schedules_everything_with_equal_counts():

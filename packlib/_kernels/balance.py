@@ -290,6 +290,7 @@ def _slots(item_row, slot_of_row, n_rows):
 
 _DENSE_MIN = 16  # plain best-fit decreasing stays when no row holds more sequences than this,
 _DENSE_RATIO = 4  # or than this many times the mean
+_SURELY_DENSE = 2  # a densest row of this many times the limit: the next window skips the test
 _FIRST_GUESS = 0.875  # the reserve tried first (/ the even spread) when no window before found one
 
 
@@ -432,7 +433,7 @@ def _probe(lengths, order, L, depth, small, reserve, rows, pack_of, fill, count,
 
 
 @jit
-def spread_bfd(lengths, L, depth, small, rows, steps, guess=-1.0):
+def spread_bfd(lengths, L, depth, small, rows, steps, guess=-1.0, check=True):
     """Best-fit decreasing that spreads the short sequences (under ``small`` tokens) over
     the rows instead of leaving them to rows of their own, where plain best-fit decreasing
     leaves a row of more than 16 sequences and 4 times the mean: the longer ones first, into
@@ -442,9 +443,12 @@ def spread_bfd(lengths, L, depth, small, rows, steps, guess=-1.0):
     2**steps``: from ``guess * top`` (the previous window's ``reserve / top``; 7/8 if it is
     negative: none yet, or that window was packed plainly) up while the packing needs at
     most ``rows`` rows, else down (doubling the step) until it does; so most windows need
-    two packings. A window after a spread one is spread without packing it plainly first.
-    If no reserve fits: plain best-fit decreasing. Returns CSR ``(offsets, items)`` over
-    positions in ``lengths`` and ``reserve / top`` (-1: packed plainly)."""
+    two packings. With ``check`` false the plain packing (and its test for a dense row) is
+    skipped. If no reserve fits: plain best-fit decreasing. Returns CSR ``(offsets,
+    items)`` over positions in ``lengths``, ``reserve / top`` (-1: packed plainly) and
+    whether the next window should test (false when this window's densest row held at
+    least twice the dense limit, so a window like it is surely dense; a window that skipped
+    the test has the next one make it)."""
     n = lengths.size
     order = decreasing_order(lengths, lengths.max() if n else 0)
     off = _bitset_levels(L + 1)
@@ -466,13 +470,16 @@ def spread_bfd(lengths, L, depth, small, rows, steps, guess=-1.0):
     top = min(short // max(rows - alone, 1), L - small)
     best = np.empty(n, np.int64)
     n_plain = 0
-    if guess < 0.0:  # plain best-fit decreasing first: if no row holds many more sequences than the mean, it stays
+    check_next = True
+    if check:  # plain best-fit decreasing first: if no row holds many more sequences than the mean, it stays
         n_plain = _bfd_rounds(lengths, order, L, depth, small, 0, True, best, fill, count, head, nxt, bits, off, n)
         most = 0
         for p in range(n_plain):
             most = max(most, count[p])
-        if most <= max(_DENSE_MIN, _DENSE_RATIO * n / max(n_plain, 1)):
-            return csr_from_assignment(order, best, n_plain), -1.0
+        limit = max(_DENSE_MIN, _DENSE_RATIO * n / max(n_plain, 1))
+        if most <= limit:
+            return csr_from_assignment(order, best, n_plain), -1.0, True
+        check_next = most < _SURELY_DENSE * limit
     if guess < 0.0:
         guess = _FIRST_GUESS
     # from the guess: up in steps while it fits, else down, doubling the step
@@ -496,7 +503,7 @@ def spread_bfd(lengths, L, depth, small, rows, steps, guess=-1.0):
             mid = max(1, mid - delta)
             delta *= 2
     if n_lo:
-        return csr_from_assignment(order, best, n_lo), lo / top
+        return csr_from_assignment(order, best, n_lo), lo / top, check_next
     if not n_plain:  # no reserve fits: plain best-fit decreasing (the next window searches afresh)
         n_plain = _bfd_rounds(lengths, order, L, depth, small, 0, True, best, fill, count, head, nxt, bits, off, n)
-    return csr_from_assignment(order, best, n_plain), -1.0
+    return csr_from_assignment(order, best, n_plain), -1.0, True
