@@ -57,6 +57,7 @@ import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from tests import balance_workloads  # noqa: E402
 
 H = 4096
 
@@ -88,21 +89,8 @@ def workloads(quick: bool):
 
 
 def long_documents(n, seed=2027):
-    """Issue 29's long-document epoch, of its shape: 85 % lognormal around 2,500 tokens, 15 %
-    uniform in 8k..60k, cut to 32k."""
-    rng = np.random.default_rng(seed)
-    docs = np.concatenate([rng.lognormal(np.log(2500), 1.1, int(n * 0.85)), rng.uniform(8000, 60000, n - int(n * 0.85))])
-    rng.shuffle(docs)
-    return np.clip(np.rint(docs), 16, 32768).astype(np.int64)
-
-
-# ------------------------------------------------------------------------------ planners
-
-
-def tenth_deviations(lengths, order):
-    """Each tenth of ``order``'s mean sample length, relative to the whole's."""
-    mean = lengths[order].mean()
-    return np.array([lengths[t].mean() / mean - 1 for t in np.array_split(order, 10)])
+    """Issue 29's long-document epoch, of its shape (tests/balance_workloads.py builds it)."""
+    return balance_workloads.long_documents(n, seed)
 
 
 def order_figures(lengths, order, step):
@@ -111,9 +99,9 @@ def order_figures(lengths, order, step):
     Spearman's correlation of step and length."""
     from scipy.stats import spearmanr
 
-    shuffles = [np.abs(tenth_deviations(lengths, np.random.default_rng(100 + k).permutation(order))).max()
+    shuffles = [np.abs(balance_workloads.tenth_deviations(lengths, np.random.default_rng(100 + k).permutation(order))).max()
                 for k in range(10)]
-    return {"tenths": float(np.abs(tenth_deviations(lengths, order)).max()), "shuffle": float(np.median(shuffles)),
+    return {"tenths": float(np.abs(balance_workloads.tenth_deviations(lengths, order)).max()), "shuffle": float(np.median(shuffles)),
             "spearman": float(spearmanr(step, lengths[order]).statistic)}
 
 
@@ -322,7 +310,7 @@ def order_across_seeds(seeds: int = 10):
         for seed in range(seeds):
             s = packlib.balance(lengths, L, world_size=W, micro_batches=M, cost=cost, seed=seed)
             fig = packlib_figures(s, lengths)
-            devs.append(tenth_deviations(lengths, s.packs.indices))
+            devs.append(balance_workloads.tenth_deviations(lengths, s.packs.indices))
             spearman.append(fig["spearman"])
             largest.append(fig["tenths"])
             shuffles.append(fig["shuffle"])

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 import packlib
 from packlib.balancing import round_robin
 
+from . import balance_workloads as workloads
 from . import naive_balance as naive
 
 
@@ -94,20 +95,6 @@ def test_balanced_full_rows_and_the_order_kept_in_tenths():
     assert max(abs(lengths[t].mean() / mean - 1) for t in tenths) < 0.03
 
 
-def _long_documents(n, seed=0):
-    """The long-document epoch of docs/balance.md: 85 % lognormal around 2,500 tokens, 15 %
-    uniform in 8k..60k, cut to L = 32k."""
-    rng = np.random.default_rng(seed)
-    docs = np.concatenate([rng.lognormal(np.log(2500), 1.1, int(n * 0.85)), rng.uniform(8000, 60000, n - int(n * 0.85))])
-    rng.shuffle(docs)
-    return np.clip(np.rint(docs), 16, 32768).astype(np.int64)
-
-
-def _tenths(lengths, order):
-    mean = lengths[order].mean()
-    return np.array([lengths[t].mean() / mean - 1 for t in np.array_split(order, 10)])
-
-
 def _spearman(lengths, s):
     from scipy.stats import spearmanr
 
@@ -115,7 +102,7 @@ def _spearman(lengths, s):
     return spearmanr(step, lengths[s.packs.indices]).statistic
 
 
-@pytest.mark.parametrize("lengths, L, W, M", [(_workload(60_000), 8192, 8, 4), (_long_documents(40_000), 32768, 32, 2)],
+@pytest.mark.parametrize("lengths, L, W, M", [(_workload(60_000), 8192, 8, 4), (workloads.long_documents(40_000), 32768, 32, 2)],
                          ids=["chat-like", "long documents"])
 def test_the_order_is_a_shuffle_s_at_the_scale_of_tenths(lengths, L, W, M):
     """Issue 29: every tenth of the epoch as close to the epoch's mean length as a shuffle's
@@ -123,9 +110,9 @@ def test_the_order_is_a_shuffle_s_at_the_scale_of_tenths(lengths, L, W, M):
     (|Spearman(step, length)| <= 0.01), and no pattern that every seed shares."""
     cost = packlib.transformer_cost(4096, causal=False)
     runs = [packlib.balance(lengths, L, world_size=W, micro_batches=M, cost=cost, seed=seed) for seed in range(6)]
-    devs = np.array([_tenths(lengths, s.packs.indices) for s in runs])
+    devs = np.array([workloads.tenth_deviations(lengths, s.packs.indices) for s in runs])
     order = runs[0].packs.indices
-    shuffles = [np.abs(_tenths(lengths, np.random.default_rng(k).permutation(order))).max() for k in range(10)]
+    shuffles = [np.abs(workloads.tenth_deviations(lengths, np.random.default_rng(k).permutation(order))).max() for k in range(10)]
     assert np.median(np.abs(devs).max(axis=1)) <= 1.5 * np.median(shuffles)
     assert all(abs(_spearman(lengths, s)) <= 0.01 for s in runs)
     corr = np.corrcoef(devs)[np.triu_indices(len(runs), 1)]
@@ -137,7 +124,7 @@ def test_no_step_holds_far_more_sequences_than_the_others():
     """Short sequences are spread over the rows: no step of the long-document epoch holds
     more than three times the mean count (packed by plain best-fit decreasing, rows of a
     hundred short documents made steps of four and a half times the mean)."""
-    lengths = _long_documents(30_000, seed=1)
+    lengths = workloads.long_documents(30_000, seed=1)
     s = packlib.balance(lengths, 32768, world_size=32, micro_batches=2, cost=packlib.transformer_cost(4096), seed=2)
     per_step = np.diff(s.packs.offsets).reshape(s.num_steps, -1).sum(axis=1)
     assert per_step.max() <= 3 * per_step.mean()
