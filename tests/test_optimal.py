@@ -280,7 +280,7 @@ def test_price_kernel_matches_enumeration(h, depth, seed):
     caps = _caps(h, L, depth)
     fit = _max_items(caps, L)
     width = fit if depth is None else min(fit, depth)
-    kd = _kernel_depth(depth, fit)
+    kd = _kernel_depth(h, L, depth)
     value = {p: sum(y[l - 1] for l in p) for p in pats}
     best_ref = max(value.values())
     best, values, rows = price(y, caps, L, kd, -1.0, width, True)
@@ -834,16 +834,19 @@ def test_interior_point_first_solve_gives_the_same_lp(h, depth, K, up):
 
 
 def test_grid_schedule():
-    """Which grids are affordable grows with L (the time goals do); the predicted gain of
-    a finer grid: a quarter of the distance per doubling, the distance halving."""
-    from packlib.optimal import _grid_gain, _relaxed
+    """Which grids are affordable grows with L (the time goals do) and shrinks with depth;
+    a grid of L units is one LP, not two; the coarsest grid runs, then the finest."""
+    from packlib.optimal import _relaxed
 
     assert _relaxed.grid_affordable(1024, 10**6, 8192)  # the coarsest grid always runs
-    assert _relaxed.grid_affordable(4096, 8, 8192) and not _relaxed.grid_affordable(4096, 16, 8192)
+    assert _relaxed.grid_schedule(8192, 8) == [1024, 8192]  # 8192 = L: one LP
+    assert _relaxed.grid_schedule(8192, 16) == [1024, 4096]
+    assert _relaxed.grid_schedule(32768, 8) == [1024, 4096]
+    assert _relaxed.grid_schedule(2048, 3) == [1024, 2048] and _relaxed.grid_schedule(1000, 3) == [1000]
     assert _relaxed.grid_affordable(4096, 16, 32768) and not _relaxed.grid_affordable(4096, 32, 32768)
+    assert _relaxed.grid_affordable(8192, 8, 131072) and not _relaxed.grid_affordable(8192, 16, 131072)
     assert _relaxed.grid_affordable(2048, 64, 131072) and not _relaxed.grid_affordable(4096, 64, 131072)
-    assert _grid_gain(800, 4096, 4096) == 0
-    assert _grid_gain(800, 2048, 4096) == 200 and _grid_gain(800, 1024, 4096) == 300
+    assert _relaxed.grid_work(8192, 8, 8192) * 2 == _relaxed.grid_work(8192, 8, 16384) / 2 ** 0.25
 
 
 _ROUTE_SIGNATURES = """

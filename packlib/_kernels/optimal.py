@@ -1,15 +1,14 @@
 """Kernels of the near-optimal histogram packer (:mod:`packlib.optimal`).
 
 - :func:`price`: the pricing problem of Gilmore-Gomory column generation. Given a value
-  ``y[l-1]`` per length and a cap on the copies of each length one pack may hold, it finds,
-  for every length ``a``, the most valuable pack whose longest sequence is ``a`` (at most
-  ``D`` sequences, at most ``L`` tokens). One dynamic programme over (lengths in ascending
-  order, sequences used, tokens used) gives all of them, so a pricing round can add up to
-  one improving column per length instead of one in total. With integer-valued ``y`` below
-  2**45 every value the DP forms is an exact float64 integer, which is how the public code
-  certifies its lower bound.
-- :func:`round_columns`: round an LP solution down and take surplus copies out of the
-  rounded packs, so that they cover at most the histogram; returns the residual.
+  ``y[l-1]`` per length, it finds, for every length ``a``, the most valuable pack whose
+  longest sequence is ``a`` (at most ``D`` sequences, at most
+  ``L`` tokens). One dynamic programme over (lengths in ascending order, sequences used,
+  tokens used) gives all of them, so a pricing round can add up to one improving column per
+  length instead of one in total.
+- :func:`round_columns`: round an LP solution down and swap surplus copies for shorter
+  lengths (or take them out), so that the packs cover at most the histogram; returns the
+  residual.
 """
 import numpy as np
 
@@ -20,100 +19,104 @@ from .._jit import jit
 def price(y, caps, L, D, threshold, width, want_rows):
     """Best pack per longest length for values ``y`` (float64 ``(L,)``).
 
-    Parameters: ``caps[l-1]`` most copies of length ``l`` in one pack (0: not allowed);
-    ``D`` most sequences per pack, or ``0`` for unlimited; ``threshold``: only packs worth
-    more than this are returned; ``width``: most sequences any pack can hold (row width);
-    ``want_rows``: build the packs (needs ``n_lengths * (D+1) * (L+1)`` bytes, and then at
-    most 255 copies of one length are considered); ``False`` only computes ``best``, exactly.
+    Parameters: ``caps[l-1] > 0`` for the lengths a pack may hold (a pack holds as many
+    copies as fit: the caps of :func:`packlib.optimal._lp._caps` are only the physical
+    limits); ``D`` most sequences per pack, or ``0`` for unlimited; ``threshold``: only
+    packs worth more than this are returned; ``width``: most sequences any pack can hold
+    (row width); ``want_rows``: build the packs (one bit per DP cell); ``False`` only
+    computes ``best``.
+
+    Unbounded knapsack over (sequences, tokens), ``O(n * D * L)`` for ``n`` rising
+    lengths: ``g[c, s]``, the best value of at most ``c`` sequences and ``s`` tokens,
+    takes one more copy of the current length from ``g[c - 1, s - l]``, which already
+    holds its copies (``c`` ascending). Only a length priced above every shorter one
+    enters the DP: any other can be swapped for a shorter one without lowering a pack's
+    value or breaking a limit. Every priced length still gets its best pack (itself on
+    top of the DP of the shorter lengths), so a round adds as many columns as before.
 
     Returns ``(best, values, rows)``: the value of the best pack overall, and one row of
     lengths (descending, zero-padded to ``width``) per returned pack with its value.
     """
     ncard = D + 1 if D > 0 else 1
     top = D if D > 0 else 0
-    # the lengths that may take part, ascending
+    n_all = 0
     n = 0
+    hi = 0.0
     for l in range(1, L + 1):
         if caps[l - 1] > 0 and y[l - 1] > 0.0:
-            n += 1
-    lens = np.empty(n, np.int64)
-    j = 0
-    for l in range(1, L + 1):
-        if caps[l - 1] > 0 and y[l - 1] > 0.0:
-            lens[j] = l
-            j += 1
-    # g[c, s]: best value of a pack of at most c sequences and at most s tokens (c ignored
-    # when unlimited); choice[j, c, s]: copies of lens[j] in that optimum
+            n_all += 1
+            if y[l - 1] > hi:
+                hi = y[l - 1]
+                n += 1
+    lens = np.empty(n, np.int64)  # the rising lengths, ascending
     g = np.zeros((ncard, L + 1), np.float64)
-    if want_rows:
-        choice = np.zeros((n, ncard, L + 1), np.uint8)
-    else:
-        choice = np.zeros((1, 1, 1), np.uint8)
-    best_with = np.full(n, -1.0)
-    k_with = np.zeros(n, np.int64)
-    for j in range(n):
-        l = lens[j]
+    words = (L >> 6) + 1
+    # taken[j, c, s]: the optimum of g[c, s] after rising length j takes a copy of it
+    taken = np.zeros((n if want_rows else 1, ncard, words), np.uint64)
+    top_len = np.empty(n_all, np.int64)  # every priced length, ascending ...
+    top_val = np.empty(n_all, np.float64)  # ... the best pack it tops ...
+    top_dp = np.empty(n_all, np.int64)  # ... and the last rising length the rest may use
+    j = -1
+    i = 0
+    hi = 0.0
+    for l in range(1, L + 1):
+        if caps[l - 1] == 0 or y[l - 1] <= 0.0:
+            continue
         v = y[l - 1]
-        cap = min(caps[l - 1], 255) if want_rows else caps[l - 1]
-        # value of the best pack whose longest length is l: k >= 1 copies on top of g
-        bw = -1.0
-        bk = 0
-        for k in range(1, cap + 1):
-            if k * l > L or (D > 0 and k > top):
-                break
-            c0 = top - k if D > 0 else 0
-            cand = g[c0, L - k * l] + k * v
-            if cand > bw:
-                bw = cand
-                bk = k
-        best_with[j] = bw
-        k_with[j] = bk
-        # in-place update: c and s descending, so g[c-k, s-k*l] is still the old value
-        for c in range(ncard - 1, -1, -1):
-            if D > 0 and c == 0:
-                break
-            for s in range(L, l - 1, -1):
-                cur = g[c, s]
-                ck = 0
-                for k in range(1, cap + 1):
-                    if k * l > s or (D > 0 and k > c):
-                        break
-                    cand = g[c - k if D > 0 else 0, s - k * l] + k * v
-                    if cand > cur:
-                        cur = cand
-                        ck = k
-                if ck > 0:
-                    g[c, s] = cur
-                    if want_rows:
-                        choice[j, c, s] = ck
+        if v > hi:
+            hi = v
+            j += 1
+            lens[j] = l
+            for c in range(1 if D > 0 else 0, ncard):
+                prev = g[c - 1] if D > 0 else g[0]
+                cur = g[c]
+                if want_rows:
+                    bits = taken[j, c]
+                    for s in range(l, L + 1):
+                        cand = prev[s - l] + v
+                        if cand > cur[s]:
+                            cur[s] = cand
+                            bits[s >> 6] |= np.uint64(1) << np.uint64(s & 63)
+                else:
+                    for s in range(l, L + 1):
+                        cand = prev[s - l] + v
+                        if cand > cur[s]:
+                            cur[s] = cand
+        # the best pack whose longest length is l: one copy on top of the best of the rest
+        top_len[i] = l
+        top_val[i] = g[top - 1 if D > 0 else 0, L - l] + v
+        top_dp[i] = j
+        i += 1
     best = g[top, L]
     m = 0
-    for j in range(n):
-        if want_rows and best_with[j] > threshold:
-            m += 1
+    if want_rows:
+        for i in range(n_all):
+            if top_val[i] > threshold:
+                m += 1
     values = np.empty(m, np.float64)
     rows = np.zeros((m, width), np.int64)
-    i = 0
-    for j in range(n - 1, -1, -1):  # longest first
-        if not want_rows or best_with[j] <= threshold:
+    r = 0
+    for i in range(n_all - 1, -1, -1):  # longest first
+        if r == m:
+            break
+        if top_val[i] <= threshold:
             continue
-        values[i] = best_with[j]
-        k = k_with[j]
-        w = 0
-        for _ in range(k):
-            rows[i, w] = lens[j]
-            w += 1
-        c = top - k if D > 0 else 0
-        s = L - k * lens[j]
-        for jj in range(j - 1, -1, -1):
-            kk = choice[jj, c, s]
-            for _ in range(kk):
-                rows[i, w] = lens[jj]
+        values[r] = top_val[i]
+        rows[r, 0] = top_len[i]
+        w = 1
+        c = top - 1 if D > 0 else 0
+        s = L - top_len[i]
+        jj = top_dp[i]
+        while jj >= 0 and s > 0 and (D == 0 or c > 0) and w < width:
+            if taken[jj, c, s >> 6] >> np.uint64(s & 63) & np.uint64(1):
+                rows[r, w] = lens[jj]
                 w += 1
-            if D > 0:
-                c -= kk
-            s -= kk * lens[jj]
-        i += 1
+                s -= lens[jj]
+                if D > 0:
+                    c -= 1
+            else:
+                jj -= 1
+        r += 1
     return best, values, rows
 
 
@@ -122,11 +125,15 @@ def round_columns(rows, x, h):
     """Round the LP solution ``x`` (float64, one per row of lengths) down to whole packs
     covering at most ``h``.
 
-    Surplus copies (where the rounded packs cover a length more often than ``h`` counts
-    it) are taken out of the packs that use the most of the length, one group at a time,
-    splitting a group when only part of it must give up a copy. Returns
-    ``(rows, counts, residual)``: the rounded packs (possibly with new, thinner rows) and
-    the histogram they leave uncovered.
+    Where the rounded packs cover a length more often than ``h`` counts it, the surplus
+    copies become copies of the next shorter length of ``h`` (a pack stays within its
+    limits when a sequence is swapped for a shorter one), longest length first, so surplus
+    covers what shorter lengths lack; at the shortest length it is taken out. This is also
+    how an LP solved with the exchange columns (:class:`packlib.optimal._lp._Master`)
+    becomes packs: they move cover from a length to the next shorter one. One group at a
+    time, splitting a group when only part of it must change. Returns ``(rows, counts,
+    residual)``: the rounded packs (possibly with new, thinner rows) and the histogram
+    they leave uncovered.
     """
     S, W = rows.shape
     L = h.size
@@ -144,12 +151,17 @@ def round_columns(rows, x, h):
     out[:S] = rows
     out_counts[:S] = counts
     n_out = S
-    for l in range(1, L + 1):
+    shorter = 0  # the longest length of h below l (0: none)
+    for l in range(L, 0, -1):
         surplus = cover[l - 1] - h[l - 1]
+        if surplus > 0:
+            shorter = l - 1
+            while shorter > 0 and h[shorter - 1] == 0:
+                shorter -= 1
         p = 0
         while surplus > 0 and p < n_out:
             if out_counts[p] > 0:
-                # remove one copy of l from up to `surplus` packs of this group
+                # swap one copy of l for the shorter length in up to `surplus` packs of this group
                 pos = -1
                 for w in range(W):
                     if out[p, w] == l:
@@ -161,7 +173,9 @@ def round_columns(rows, x, h):
                         out_counts[n_out] = out_counts[p] - take
                         out_counts[p] = take
                         n_out += 1
-                    out[p, pos] = 0
+                    out[p, pos] = shorter
+                    if shorter > 0:
+                        cover[shorter - 1] += take
                     surplus -= take
                     continue  # the same group may hold further copies of l
             p += 1

@@ -228,46 +228,39 @@ def _close_enough(packs: int, bound: int) -> bool:
 def _close_depth_gap(solver: _Solver) -> None:
     """Long context with a depth limit: the slot bound, then the grid LPs (a bound from
     the coarse histogram rounded down, a plan from it rounded up; see
-    :mod:`packlib.optimal._relaxed`) on grids of ``GRIDS`` units in turn, while the best
+    :mod:`packlib.optimal._relaxed`) on the grids of ``grid_schedule`` in turn, while the best
     plan is not within 0.01 % (or one pack) of the best bound, the grid is affordable and
     time is left. Adds to ``solver.extra_certificates`` and ``solver.heuristics["grid"]``.
-    Deterministic: the grids are fixed, and a side is skipped when the last grid predicts
-    it cannot win even on the finest affordable grid (the two sides close in on the LP
-    from below and above, each by about a quarter of the distance between them per
-    doubling of the grid, the distance halving: :func:`_grid_gain`)."""
+    Deterministic: the grids are fixed. The bound side is skipped once the plan side's LP
+    (above the true LP, which is above every bound side) has a ceiling the bound already
+    reaches; then no finer grid can raise the bound."""
     h, L, depth = solver.h, solver.L, solver.depth
     solver.extra_certificates.append(_relaxed.slot_certificate(h, L, depth))
     solver.extra_certificates.append(_relaxed.large_slot_certificate(h, L, depth))
     base = _simple_certificates(h, L, depth) + [_verified(_l2_certificate(h, L, depth)[0])]
-    grids = _relaxed.affordable_grids(L, depth)
-    finest = grids[-1]
-    down = up = None  # the last bound (ceiling of a grid LP) and plan-side LP value
-    K_down = K_up = None  # ... the grids they came from
-    last_down = last_up = None  # ... and those LPs' patterns, to start the next from
-    for K in grids:
+    up = math.inf  # the plan side's last LP value
+    last_down = last_up = None  # the last LPs' patterns (with their grid), to start the next from
+    for K in _relaxed.grid_schedule(L, depth):
         bound = _best_certificate(base + solver.extra_certificates).bound
         packs = min(p.num_packs for p in solver.heuristics.values())
         if _close_enough(packs, bound) or not solver.time_left():
             break
-        first = down is None or up is None or not math.isfinite(up)
-        if first or K == L or down + _grid_gain(up - down, K_down, finest) > bound:
-            cert, last_down = _relaxed.grid_certificate(h, L, depth, K, solver.deadline, last_down)
+        # on a grid of L units both sides are the LP of the lengths themselves: solved once
+        exact = _relaxed.grid_lp(h, L, depth, K, solver.deadline, last_down or last_up) if K == L else None
+        ran = False
+        if up == math.inf or math.ceil(up - 1e-6) > bound:
+            cert, last_down = _relaxed.grid_certificate(h, L, depth, K, solver.deadline, last_down, exact)
             solver.extra_certificates.append(cert)
-            down, K_down = (0 if cert is None else cert.bound), K
-        if (first or K == L or up - _grid_gain(up - down, K_up, finest) < packs) and solver.time_left():
-            plan, up, last_up = _relaxed.grid_plan(h, L, depth, K, solver.deadline, last_up)
-            K_up = K
+            ran = True
+        if solver.time_left():
+            plan, value, last_up = _relaxed.grid_plan(h, L, depth, K, solver.deadline, last_up, exact)
+            if math.isfinite(value):
+                up = min(up, value)
             if plan is not None and plan[2].sum() < packs:
                 solver.heuristics["grid"] = _Plan(*plan, how=f"grid {K}")
-        if K in (K_down, K_up):
+            ran = True
+        if ran:
             solver.grids.append(K)
-
-
-def _grid_gain(distance: float, K: int, finest: int) -> float:
-    """How far each side of the grid LPs is expected to move from a grid of ``K`` units to
-    one of ``finest``: a quarter of the distance between them per doubling, the distance
-    halving each time (measured: 26-27 % per doubling at L = 32,768, depth 16)."""
-    return distance / 2 * (1 - K / finest)
 
 
 def _best_plan(solver, found, lb, h, L, user_depth, t0) -> PackingPlan:

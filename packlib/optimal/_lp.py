@@ -59,10 +59,11 @@ class _ColumnPool:
         return len(new)
 
 
-def _kernel_depth(depth: int | None, fit: int) -> int:
+def _kernel_depth(h: np.ndarray, L: int, depth: int | None) -> int:
     """The pricing kernel's depth argument: 0 (unlimited) when the depth cannot bind, i.e.
-    no pack can hold more than ``depth`` sequences anyway (``fit`` from :func:`_max_items`)."""
-    return 0 if depth is None or depth >= fit else depth
+    no pack can hold more than ``depth`` sequences anyway (the kernel packs any number of
+    copies of a length: the depth is its only limit on them)."""
+    return 0 if depth is None or depth >= _max_items(_caps(h, L, None), L) else depth
 
 
 def _coverage_matrix(rows: np.ndarray, present: np.ndarray, L: int):
@@ -116,9 +117,11 @@ class _Master:
                       np.zeros(m, np.int32), np.zeros(0, np.int32), np.zeros(0))
             self.highs, self._inf = H, H.getInfinity()
             # dual-optimal inequalities y[l] <= y[next longer l] as zero-cost "exchange"
-            # columns (a slot of a longer length may hold a shorter one): same LP optimum
-            # when no cap binds, far fewer rounds (Ben Amor, Desrosiers and Valerio de
-            # Carvalho, 2006); switched off (upper bound 0) before the final rounds
+            # columns (a slot of a longer length may hold a shorter one): the same LP
+            # optimum, as the caps are only physical limits, and far fewer rounds (Ben Amor,
+            # Desrosiers and Valerio de Carvalho, 2006). The solution's patterns may then
+            # cover a length more often than the histogram and a shorter one less:
+            # round_columns swaps the surplus for the shorter lengths when it makes packs
             n_ex = max(m - 1, 0)
             idx = np.empty(2 * n_ex, np.int32)
             idx[0::2] = np.arange(n_ex)
@@ -129,12 +132,6 @@ class _Master:
             self.n_exchange = n_ex
         except Exception:  # pragma: no cover - depends on scipy's private layout
             self.highs = None
-
-    def drop_exchanges(self) -> None:
-        """Switch the exchange columns off, so the LP solution uses real patterns only."""
-        if self.n_exchange:
-            n = self.n_exchange
-            self.highs.changeColsBounds(n, np.arange(n, dtype=np.int32), np.zeros(n), np.zeros(n))
 
     def add(self, rows: np.ndarray) -> None:
         S, W = rows.shape
@@ -202,7 +199,7 @@ def _column_generation(h, L, depth, pool: _ColumnPool, master: _Master, deadline
     from .._kernels.optimal import price
 
     caps = _caps(h, L, depth)
-    kdepth = _kernel_depth(depth, _max_items(caps, L))
+    kdepth = _kernel_depth(h, L, depth)
     hf = h.astype(np.float64)
     rounds, converged = 0, False
     center, center_bound = None, -np.inf

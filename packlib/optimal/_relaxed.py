@@ -1,9 +1,9 @@
 """Long context with a depth limit: the LP of a coarser histogram, on both sides of the truth.
 
-At ``L = 8k-128k`` the cutting-stock LP has one row per distinct length (up to ~10**5) and
-its pricing DP ``lengths * depth * L`` steps: too big. On a grid of ``K`` units (``K =
-1024, 2048``) it is the LP packlib solves below ``L = 1024``, and rounding each length
-to the grid gives both sides:
+At ``L = 8k-128k`` the cutting-stock LP has one row per distinct length (up to ~10**5):
+too big a master. On a grid of ``K`` units (``K = 1024 ... 8192``, :func:`grid_schedule`)
+it is the LP packlib solves below ``L = 1024``, and rounding each length to the grid gives
+both sides:
 
 - **down** (``floor(l * K / L)`` units, capacity ``K``): any pack that fits ``L`` tokens
   fits ``K`` units (``sum floor <= floor sum``), so the coarse histogram needs at most as
@@ -32,20 +32,41 @@ from ._certificates import _MAX_DENOMINATOR
 from ._results import Certificate, _certificate
 from ._solver import DEPTH_MODES, _dense_to_csr, _fill_plan, _Solver
 
-GRIDS = (1024, 2048, 4096)  # grid sizes tried in turn while the gap stays open (fixed: deterministic)
-GRID_WORK = 2e8  # ... a grid is skipped when its pricing DP takes more steps per round (units * (depth + 1) * K)
-# than this at L = 8192, times sqrt(L / 8192) above: the time goals grow with L (8k: 10 s,
-# 32k: 20 s, 128k: 60 s), and a round of 2e8 steps takes about 0.3 s on one core
+GRIDS = (1024, 2048, 4096, 8192)  # grid sizes tried in turn while the gap stays open (fixed: deterministic)
+GRID_WORK = 6.5e8  # ... a grid is skipped when its LPs' work (grid_work) is above this times time_goal(L) / 10 s
+
+
+def time_goal(L: int) -> float:
+    """Issue 30's time goals on a 2-core machine, in seconds: 8k 10, 16k-32k 20, 128k 60
+    (64k: 40)."""
+    return 10.0 if L <= 8192 else 20.0 if L <= 32768 else 40.0 if L <= 65536 else 60.0
+
+
+def grid_work(K: int, depth: int, L: int) -> float:
+    """A size for the LPs on a grid of ``K`` units: ``K**2 * (depth + 1)`` (the master has
+    ``K`` rows, and deeper patterns make it denser and need more of them), twice over
+    below ``K = L`` (a bound and a plan: two LPs; at ``K = L`` they are one), times
+    ``(L / 8192) ** 0.25`` (measured: the LP at 32,768 takes about twice as long as at
+    8,192 on the same grid). Calibrated so that the grid of 8,192 units at ``L = 8,192``,
+    depth 8, fits the 10 s goal (its LP takes about 6 s)."""
+    sides = 1 if K >= L else 2
+    return float(K) * K * (depth + 1) * sides * (L / 8192) ** 0.25
 
 
 def grid_affordable(K: int, depth: int, L: int) -> bool:
-    """Whether the LPs on a grid of ``K`` units are cheap enough for ``L``: seconds each."""
-    return K <= GRIDS[0] or K * (depth + 1) * K <= GRID_WORK * max(1.0, L / 8192) ** 0.5
+    """Whether the LPs on a grid of ``K`` units are cheap enough for ``L``: they fit its
+    time goal, with the coarser grids' before them."""
+    return K <= GRIDS[0] or grid_work(K, depth, L) <= GRID_WORK * time_goal(L) / 10
 
 
-def affordable_grids(L: int, depth: int) -> list[int]:
-    """The grids of ``GRIDS`` (at most ``L`` units) affordable for ``L`` and ``depth``, coarsest first."""
-    return sorted({min(K, L) for K in GRIDS if grid_affordable(min(K, L), depth, L)})
+def grid_schedule(L: int, depth: int) -> list[int]:
+    """The grids whose LPs run, in turn: the coarsest of ``GRIDS`` (cheap; often enough),
+    then the finest affordable one (at most ``L`` units). The grids between them are
+    skipped: the finest grid's LP started from the coarsest one's patterns ends as well
+    and sooner (at L = 8,192, depth 8: 7.9 s instead of 9.6 s through 2,048 and 4,096;
+    at 32,768: 7.5 s instead of 9.8 s, the same packs and bound)."""
+    grids = sorted({min(K, L) for K in GRIDS if grid_affordable(min(K, L), depth, L)})
+    return grids[:1] + grids[-1:] if len(grids) > 1 else grids
 
 
 def _units(L: int, K: int, up: bool) -> np.ndarray:
@@ -68,6 +89,9 @@ def _coarse_solver(hk: np.ndarray, K: int, depth: int, deadline, seeds=None):
     # seeded as in issue 22: fill 5's packs seed these LPs worse (at L = 8,192, depth 3,
     # 41 pricing rounds instead of 36, 35 % slower)
     solver.fill_modes = DEPTH_MODES[:4]
+    # without the exchanges' repair: it only seeds these LPs, and took 1.5 s a grid at
+    # L = 32,768, depth 16 (more than the LP, now that pricing is cheap)
+    solver.repair = False
     solver.run_heuristics(("lpfhp", "spfhp", "fill"))
     solver.seeds = seeds
     return solver, solver.bound()
@@ -100,16 +124,27 @@ def finer_patterns(rows: np.ndarray, K: int, K2: int, hk2: np.ndarray, up: bool)
     return out[keep]
 
 
-def grid_certificate(h: np.ndarray, L: int, depth: int, K: int, deadline, last=None):
-    """The coarse (down) LP's certificate, each length priced by its unit; verified on
-    the grid (:func:`verified_grid`). ``last``: ``(K, patterns)`` of a coarser grid's LP,
-    to start from. Returns ``(certificate or None, (K, patterns used))``."""
-    units = _units(L, K, up=False)
-    hk = _coarse_histogram(h, units, K)
+def grid_lp(h: np.ndarray, L: int, depth: int, K: int, deadline, last=None, up: bool = False):
+    """The LP of the histogram on a grid of ``K`` units, lengths rounded ``up`` or down:
+    ``(solver, bound)`` (:func:`_coarse_solver`), or None when no length reaches one unit.
+    ``last``: ``(K, patterns)`` of a coarser grid's LP, to start from. With ``K == L`` the
+    grid is the lengths themselves, and both sides are this one LP."""
+    hk = _coarse_histogram(h, _units(L, K, up=up), K)
     if not hk.any():
+        return None
+    seeds = None if last is None else finer_patterns(last[1], last[0], K, hk, up=up)
+    return _coarse_solver(hk, K, depth, deadline, seeds)
+
+
+def grid_certificate(h: np.ndarray, L: int, depth: int, K: int, deadline, last=None, solved=None):
+    """The coarse (down) LP's certificate, each length priced by its unit; verified on
+    the grid (:func:`verified_grid`). ``last`` as for :func:`grid_lp`; ``solved``: that
+    LP, already solved. Returns ``(certificate or None, (K, patterns used))``."""
+    units = _units(L, K, up=False)
+    lp = grid_lp(h, L, depth, K, deadline, last) if solved is None else solved
+    if lp is None:
         return None, None
-    seeds = None if last is None else finer_patterns(last[1], last[0], K, hk, up=False)
-    solver, lb = _coarse_solver(hk, K, depth, deadline, seeds)
+    solver, lb = lp
     c = lb.certificate
     if c is None:  # pragma: no cover - the simple certificates always exist
         return None, None
@@ -142,18 +177,19 @@ def verified_grid(cert: Certificate | None) -> Certificate | None:
     return cert if value <= cert.denominator else None
 
 
-def grid_plan(h: np.ndarray, L: int, depth: int, K: int, deadline, last=None):
+def grid_plan(h: np.ndarray, L: int, depth: int, K: int, deadline, last=None, solved=None):
     """A plan from the coarse (up) LP rounded to whole packs, the rest by the exact fill:
     ``((items, offsets, counts), lp_value, (K, patterns used))`` (CSR; ``lp_value`` bounds
-    what a rounding of that LP can reach) or ``(None, nan, None)``. ``last`` as for
-    :func:`grid_certificate`."""
+    what a rounding of that LP can reach) or ``(None, nan, None)``. ``last`` and ``solved``
+    as for :func:`grid_certificate`."""
     from .._kernels.optimal import round_columns
     from .._kernels.relaxed import expand_bucket_packs
 
-    units = _units(L, K, up=True)
-    hk = _coarse_histogram(h, units, K)
-    seeds = None if last is None else finer_patterns(last[1], last[0], K, hk, up=True)
-    solver, lb = _coarse_solver(hk, K, depth, deadline, seeds)
+    lp = grid_lp(h, L, depth, K, deadline, last, up=True) if solved is None else solved
+    if lp is None:
+        return None, float("nan"), None
+    solver, lb = lp
+    hk = solver.h
     if solver.x is None:
         return None, float("nan"), None
     rows, counts, _ = round_columns(solver.master.rows, np.floor(solver.x + 1e-9), hk)

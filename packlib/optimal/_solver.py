@@ -21,7 +21,6 @@ from ._lp import (
     _column_generation,
     _ColumnPool,
     _initial_patterns,
-    _kernel_depth,
     _Master,
     _max_items,
 )
@@ -45,11 +44,11 @@ def _long_context(h: np.ndarray, L: int, depth: int | None) -> bool:
 DEPTH_MODES = (3, 2, 0, 4, 5)  # the exact-fill variants tried with a depth limit (exact_fill's modes)
 
 
-def _fill_plan(h: np.ndarray, L: int, depth: int | None, modes=None):
+def _fill_plan(h: np.ndarray, L: int, depth: int | None, modes=None, repair: bool = True):
     """The best of the exact-fill packings (see :func:`packlib._kernels.optimal.exact_fill`)
     as ``(items, offsets, counts, how)`` (CSR: wide packs at long context take the room of
-    their items). With a depth limit the candidates are the depth-aware fill, and the
-    unlimited fill made to respect the limit by exchanges (:func:`_repaired`)."""
+    their items). With a depth limit the candidates are the depth-aware fill, and (with
+    ``repair``) the unlimited fill made to respect the limit by exchanges (:func:`_repaired`)."""
     from .._kernels.optimal import exact_fill
 
     if depth is None:
@@ -62,7 +61,7 @@ def _fill_plan(h: np.ndarray, L: int, depth: int | None, modes=None):
     unlimited = exact_fill(h, L, 0, 2)
     if np.diff(unlimited[1]).max(initial=0) <= depth:
         candidates.append((*unlimited, "fill 2"))
-    elif h.sum() <= depth * unlimited[2].sum():  # else the depth binds: more sequences than those packs hold
+    elif repair and h.sum() <= depth * unlimited[2].sum():  # else the depth binds: more sequences than those packs hold
         candidates.append(_repaired(unlimited, L, depth, modes))
     return min(candidates, key=lambda c: int(c[2].sum()))
 
@@ -178,7 +177,6 @@ class _Solver:
         self.h, self.L, self.depth, self.deadline = h, L, depth, deadline
         self.caps = _caps(h, L, depth)
         fit = _max_items(self.caps, L)
-        self.kdepth = _kernel_depth(depth, fit)
         self.width = fit if depth is None else min(fit, depth)
         self.heuristics: dict[str, PackingPlan] = {}
         self.master = None
@@ -190,6 +188,7 @@ class _Solver:
         self.grids = []  # grid sizes whose LPs ran (long context with a depth limit)
         self.seeds = None  # extra starting patterns (rows of lengths), e.g. a coarser grid's
         self.fill_modes = None  # the exact-fill variants of the "fill" heuristic (None: _fill_plan's choice)
+        self.repair = True  # ... and whether it repairs the unlimited fill by exchanges
 
     def time_left(self) -> bool:
         if self.deadline is None or time.perf_counter() < self.deadline:
@@ -204,7 +203,7 @@ class _Solver:
             if name in self.heuristics:
                 continue
             if name == "fill":
-                self.heuristics[name] = _Plan(*_fill_plan(self.h, self.L, self.depth, self.fill_modes))
+                self.heuristics[name] = _Plan(*_fill_plan(self.h, self.L, self.depth, self.fill_modes, self.repair))
             elif name != "nnls" or (self.nnls and self.time_left() and nnls_fits(self.L)
                                     and self.L <= _tuning.LONG_CONTEXT):
                 # the greedy packers take milliseconds; NNLSHP only runs while time is left
@@ -250,12 +249,6 @@ class _Solver:
                     master.add(pool.rows[pool.rows.shape[0] - pool.last_added :])
             if not converged and self.time_left():
                 run(_tuning.MAX_ROUNDS)
-            if master.n_exchange and not proven:
-                master.drop_exchanges()  # phase 2: real patterns only
-                if self.time_left():
-                    run(_tuning.MAX_ROUNDS)
-                else:
-                    converged = False
             timed_out = not converged and not self.time_left()
             certs += [_certify(p, h, L, depth) for p in prices]
             columns = pool.rows.shape[0]
