@@ -46,9 +46,9 @@ def grid_work(K: int, depth: int, L: int) -> float:
     """A size for the LPs on a grid of ``K`` units: ``K**2 * (depth + 1)`` (the master has
     ``K`` rows, and deeper patterns make it denser and need more of them), twice over
     below ``K = L`` (a bound and a plan: two LPs; at ``K = L`` they are one), times
-    ``(L / 8192) ** 0.25`` (measured: the LP at 32,768 takes about twice as long as at
-    8,192 on the same grid). Calibrated so that the grid of 8,192 units at ``L = 8,192``,
-    depth 8, fits the 10 s goal (its LP takes about 6 s)."""
+    ``(L / 8192) ** 0.25`` (the LP at 32,768 takes about twice as long as at 8,192 on the
+    same grid). Calibrated so that the grid of 8,192 units at ``L = 8,192``, depth 8, fits
+    its time goal (docs/optimal.md has the measurements)."""
     sides = 1 if K >= L else 2
     return float(K) * K * (depth + 1) * sides * (L / 8192) ** 0.25
 
@@ -63,8 +63,7 @@ def grid_schedule(L: int, depth: int) -> list[int]:
     """The grids whose LPs run, in turn: the coarsest of ``GRIDS`` (cheap; often enough),
     then the finest affordable one (at most ``L`` units). The grids between them are
     skipped: the finest grid's LP started from the coarsest one's patterns ends as well
-    and sooner (at L = 8,192, depth 8: 7.9 s instead of 9.6 s through 2,048 and 4,096;
-    at 32,768: 7.5 s instead of 9.8 s, the same packs and bound)."""
+    and sooner (docs/optimal.md, "Long context")."""
     grids = sorted({min(K, L) for K in GRIDS if grid_affordable(min(K, L), depth, L)})
     return grids[:1] + grids[-1:] if len(grids) > 1 else grids
 
@@ -89,8 +88,8 @@ def _coarse_solver(hk: np.ndarray, K: int, depth: int, deadline, seeds=None):
     # seeded as in issue 22: fill 5's packs seed these LPs worse (at L = 8,192, depth 3,
     # 41 pricing rounds instead of 36, 35 % slower)
     solver.fill_modes = DEPTH_MODES[:4]
-    # without the exchanges' repair: it only seeds these LPs, and took 1.5 s a grid at
-    # L = 32,768, depth 16 (more than the LP, now that pricing is cheap)
+    # without the exchanges' repair: it only seeds these LPs, and cost more than the LP at
+    # L = 32,768, depth 16 (docs/optimal.md)
     solver.repair = False
     solver.run_heuristics(("lpfhp", "spfhp", "fill"))
     solver.seeds = seeds
