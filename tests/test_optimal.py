@@ -808,9 +808,9 @@ def test_interior_point_first_solve_gives_the_same_lp(h, depth, K, up):
     L, K = len(h), min(K, len(h))
     solve, first_by_ipm = _lp._Master.solve, []
 
-    def spy(master):
+    def spy(master, deadline=None):
         first_by_ipm.append(master.deep and master.solves == 0)
-        return solve(master)
+        return solve(master, deadline)
 
     def run(threshold):
         with ExitStack() as stack:
@@ -910,6 +910,8 @@ def test_lp_stopped_by_the_clock_keeps_its_solution_beside_its_patterns(monkeypa
         perf_counter = staticmethod(lambda: float("inf"))
 
     monkeypatch.setattr(_lp, "time", Late)
+    solve = _lp._Master.solve  # HiGHS itself is not stopped here (see the test below)
+    monkeypatch.setattr(_lp._Master, "solve", lambda master, deadline=None: solve(master, None))
     rng = np.random.default_rng(0)
     L = 200
     x = np.clip(np.rint(rng.lognormal(np.log(L) - 1.2, 0.8, 200_000)), 1, L).astype(np.int64)
@@ -926,3 +928,66 @@ def test_lp_stopped_by_the_clock_keeps_its_solution_beside_its_patterns(monkeypa
     (items, offsets, counts), _, _ = _relaxed.grid_plan(h, L, 3, 100, time.perf_counter() + 1e6)
     rows = np.repeat(np.arange(counts.size), np.diff(offsets))
     assert np.array_equal(np.bincount(items, weights=counts[rows], minlength=L + 1)[1:].astype(np.int64), h)
+
+
+class _StoppedHighs:
+    """A HiGHS model whose runs after the first ``optimal_runs`` stop at the time limit,
+    with a feasible point (``feasible``) or without one; everything else is the real model's."""
+
+    def __init__(self, inner, optimal_runs, feasible):
+        self._inner, self._left, self._feasible = inner, optimal_runs, feasible
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def run(self):
+        self._left -= 1
+        return self._inner.run()
+
+    def getModelStatus(self):
+        status = self._inner.getModelStatus()
+        return status if self._left >= 0 else type(status).kTimeLimit
+
+    def getInfo(self):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(primal_solution_status=2 if self._feasible or self._left >= 0 else 0)
+
+
+@pytest.mark.parametrize("feasible", [False, True])
+def test_lp_stopped_inside_highs_keeps_a_feasible_solution_and_a_proven_bound(feasible):
+    """HiGHS stopped at the deadline in the middle of a solve (its time limit is set from
+    the deadline): column generation stops; a point that is not feasible is never used
+    (the last round's solution stays), and the bound from the prices seen is proven."""
+    from packlib.optimal import _lp
+    from packlib.optimal._solver import _Solver
+
+    rng = np.random.default_rng(1)
+    L = 64
+    h = np.bincount(np.clip(rng.lognormal(3.0, 0.7, 5_000).astype(np.int64), 1, L), minlength=L + 1)[1:]
+    solver = _Solver(h, L, 3, None, nnls=False)
+    pool = _lp._ColumnPool(solver.width)
+    pool.add(_lp._initial_patterns(h, L, 3, solver.caps, solver.width, []))
+    master = _lp._Master(h, L, primal=True)
+    if master.highs is None:
+        pytest.skip("scipy's HiGHS bindings are not available")
+    master.add(pool.rows)
+    first_columns = master.n_cols
+    master.highs = _StoppedHighs(master.highs, optimal_runs=1, feasible=feasible)
+    x, value, y, converged, rounds, center, proven = _lp._column_generation(h, L, 3, pool, master, None)
+    assert not converged and not proven and rounds == 2 and master.n_cols > first_columns
+    if feasible:  # the stopped solve's point covers every column, and the histogram
+        assert x.size == master.n_cols and value >= 0
+    else:  # the first round's solution, over the columns it was solved with
+        assert x.size == first_columns and math.isfinite(value)
+    cover = np.zeros(L)
+    for row, xi in zip(master.rows[: x.size], x):
+        np.add.at(cover, row[row > 0] - 1, xi)
+    # a solution of the LP: with the exchange columns moving cover to shorter lengths, the
+    # packs cover every "this length or longer" at least as often as the histogram has it
+    assert (np.cumsum(cover[::-1]) >= np.cumsum(h[::-1]) - 1e-6).all()
+    from packlib.optimal._certificates import _certify
+
+    for prices in (y, center):
+        cert = _certify(prices, h, L, 3)
+        assert cert is None or naive_certificate.check(cert, h) <= exact_lp_ceiling(h, 3)

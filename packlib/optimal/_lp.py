@@ -155,12 +155,20 @@ class _Master:
         self.highs.addCols(S, np.ones(S), np.zeros(S), np.full(S, self._inf), int(row.size),
                            starts.astype(np.int32), row.astype(np.int32), copies.astype(np.float64))
 
-    def solve(self):
-        """Returns ``(x, value, y)``: pattern multiplicities, LP value, and the duals as
-        prices per length (``(L,)``, clipped to ``[0, 1]``, 0 for absent lengths)."""
+    def solve(self, deadline: float | None = None):
+        """Returns ``(x, value, y, done)``: pattern multiplicities, LP value, the duals as
+        prices per length (``(L,)``, clipped to ``[0, 1]``, 0 for absent lengths), and
+        False when HiGHS stopped at ``deadline`` (a ``perf_counter`` time) before the
+        optimum: then ``x`` is None (``value`` NaN) unless it is feasible (``value`` is then
+        above the optimum), and ``y`` is only some prices (any prices give a valid Farley
+        bound)."""
         y = np.zeros(self.L, dtype=np.float64)
         if self.highs is not None:
             H = self.highs
+            # HiGHS 1.x measures its time limit over all the runs of a model, so it is
+            # set from the run time so far (https://github.com/ERGO-Code/HiGHS/issues/1477)
+            left = np.inf if deadline is None else max(deadline - time.perf_counter(), 1e-3)
+            H.setOptionValue("time_limit", float(H.getRunTime() + left) if np.isfinite(left) else np.inf)
             # a big seeded master of deep patterns (the finest grid's LP at depth >= 16) is
             # solved first by interior point, with crossover to a basis the later rounds'
             # primal simplex starts from: that grid's LPs take 10 s instead of 20 s at
@@ -171,12 +179,15 @@ class _Master:
             H.run()
             self.solves += 1
             status = H.getModelStatus()
-            if status != type(status).kOptimal:  # pragma: no cover
+            done = status == type(status).kOptimal
+            if not done and status != type(status).kTimeLimit:  # pragma: no cover
                 raise RuntimeError(f"LP solve failed: {H.modelStatusToString(status)}")
             sol = H.getSolution()
             x = np.asarray(sol.col_value, dtype=np.float64)[self.n_exchange :]
-            y[self.present - 1] = np.clip(np.asarray(sol.row_dual, dtype=np.float64), 0.0, 1.0)
-            return x, float(H.getObjectiveValue()), y
+            y[self.present - 1] = np.clip(np.nan_to_num(np.asarray(sol.row_dual, dtype=np.float64)), 0.0, 1.0)
+            if not done and (H.getInfo().primal_solution_status != 2 or x.size != self.n_cols):
+                return None, np.nan, y, False  # (2: a feasible primal solution)
+            return x, float(H.getObjectiveValue()), y, done
         from scipy.optimize import linprog
 
         A = _coverage_matrix(self.rows, self.present, self.L)
@@ -184,7 +195,7 @@ class _Master:
         if res.status != 0:  # pragma: no cover - the single-length patterns keep it feasible
             raise RuntimeError(f"LP solve failed: {res.message}")
         y[self.present - 1] = np.clip(-res.ineqlin.marginals, 0.0, 1.0)
-        return res.x, float(res.fun), y
+        return res.x, float(res.fun), y, True
 
 
 def _column_generation(h, L, depth, pool: _ColumnPool, master: _Master, deadline, max_rounds: int = 1000):
@@ -204,14 +215,19 @@ def _column_generation(h, L, depth, pool: _ColumnPool, master: _Master, deadline
     rounds, converged = 0, False
     center, center_bound = None, -np.inf
     proven = False
+    x = value = None
     while True:
-        x, value, y = master.solve()
+        x_new, value_new, y, done = master.solve(deadline)
+        if x_new is not None or x is None:
+            x, value = x_new, value_new  # (a stopped solve's infeasible point: the last one stays)
         rounds += 1
         best, _, rows = price(y, caps, L, kdepth, 1.0 + _tuning.IMPROVE, pool.width, True)
         if best > 0:
             farley = float(hf @ y) / max(best, 1.0)
             if farley > center_bound:
                 center, center_bound = y, farley
+        if not done:  # stopped by the deadline inside HiGHS
+            break
         if best <= 1.0 + _tuning.IMPROVE or pool.add(rows) == 0:
             converged = True
             break
