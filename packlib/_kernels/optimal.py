@@ -2,10 +2,10 @@
 
 - :func:`price`: the pricing problem of Gilmore-Gomory column generation. Given a value
   ``y[l-1]`` per length, it finds, for every length ``a``, the most valuable pack whose
-  longest sequence is ``a`` (at most ``D`` sequences, at most
-  ``L`` tokens). One dynamic programme over (lengths in ascending order, sequences used,
-  tokens used) gives all of them, so a pricing round can add up to one improving column per
-  length instead of one in total.
+  longest sequence is ``a`` (at most ``D`` sequences, at most ``L`` tokens). One dynamic
+  programme over (lengths in ascending order, sequences used, tokens used) gives all of
+  them, so a pricing round can add up to one improving column per length instead of one
+  in total.
 - :func:`round_columns`: round an LP solution down and swap surplus copies for shorter
   lengths (or take them out), so that the packs cover at most the histogram; returns the
   residual.
@@ -103,21 +103,26 @@ def price(y, caps, L, D, threshold, width, want_rows):
             continue
         values[r] = top_val[i]
         rows[r, 0] = top_len[i]
-        w = 1
-        c = top - 1 if D > 0 else 0
-        s = L - top_len[i]
-        jj = top_dp[i]
-        while jj >= 0 and s > 0 and (D == 0 or c > 0) and w < width:
-            if taken[jj, c, s >> 6] >> np.uint64(s & 63) & np.uint64(1):
-                rows[r, w] = lens[jj]
-                w += 1
-                s -= lens[jj]
-                if D > 0:
-                    c -= 1
-            else:
-                jj -= 1
+        _unwind(taken, lens, top_dp[i], top - 1 if D > 0 else 0, L - top_len[i], D, rows[r])
         r += 1
     return best, values, rows
+
+
+@jit
+def _unwind(taken, lens, j, c, s, D, row):
+    """Fill ``row[1:]`` with the optimum of ``g[c, s]`` over the rising lengths up to
+    ``lens[j]``, read back from :func:`price`'s ``taken`` bits: where length ``j`` took a
+    copy, take it and stay on ``j``; else step to the shorter lengths."""
+    w = 1
+    while j >= 0 and s > 0 and (D == 0 or c > 0) and w < row.size:
+        if taken[j, c, s >> 6] >> np.uint64(s & 63) & np.uint64(1):
+            row[w] = lens[j]
+            w += 1
+            s -= lens[j]
+            if D > 0:
+                c -= 1
+        else:
+            j -= 1
 
 
 @jit

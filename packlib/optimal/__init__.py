@@ -248,7 +248,7 @@ def _close_depth_gap(solver: _Solver) -> None:
         # on a grid of L units both sides are the LP of the lengths themselves: solved once
         exact = _relaxed.grid_lp(h, L, depth, K, solver.deadline, last_down or last_up) if K == L else None
         ran = False
-        if up == math.inf or math.ceil(up - 1e-6) > bound:
+        if up - 1e-6 > bound:  # (the bound is whole: the plan side's ceiling is above it)
             cert, last_down = _relaxed.grid_certificate(h, L, depth, K, solver.deadline, last_down, exact)
             solver.extra_certificates.append(cert)
             ran = True
