@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import math
 import pathlib
+import re
 import sys
 import time
 
@@ -266,7 +267,9 @@ def battery(draws, issue_rows=True, check=True, limit=True):
         close = plan.gap <= max(1, plan.lower_bound // 10_000)
         cert = plan.bound.certificate
         lb = plan.bound
-        bound_from = ("grid %d" % cert.grid if cert is not None and cert.grid else "tokens" if lb.bound == lb.trivial_bound
+        line = re.search(r"grid of ([\d,]+) units, its prices drawn as a line", lb.message)
+        bound_from = ("grid %d" % cert.grid if cert is not None and cert.grid else f"grid {line[1]} + line" if line
+                      else "tokens" if lb.bound == lb.trivial_bound
                       else "sequences/depth" if lb.bound == lb.cardinality_bound else "long sequences"
                       if lb.bound == lb.large_items_bound else "slot or L2")
         results.append((name, L, depth, plan, t, goal, close))

@@ -636,6 +636,56 @@ def test_grid_certificate_holds_over_tokens_and_breaks(h, depth, K, up):
             checker(bad)
 
 
+@given(small_histograms(max_len=40, max_count=30), st.integers(1, 6), st.integers(1, 40))
+@settings(max_examples=60, deadline=None)
+def test_interpolated_certificate_holds_over_tokens_and_breaks(h, depth, K):
+    """The grid certificate's prices drawn as a line between units: a claim over tokens
+    that both checkers accept, below the LP; a price raised past the best pack is
+    rejected."""
+    from packlib.optimal import _relaxed
+
+    L = len(h)
+    K = min(K, L - 1) or 1
+    cert, _ = _relaxed.grid_certificate(h, L, depth, K, None)
+    line = _relaxed.interpolated_certificate(h, L, depth, cert)
+    if line is None:
+        assert cert is None or cert.grid is None
+        return
+    assert line.grid is None and line.bound <= exact_lp_ceiling(h, depth)
+    assert naive_certificate.check(line, h) == line.bound == naive_certificate.check_fast(line, h)
+    bad = naive_certificate.broken(line)
+    for checker in (naive_certificate.check, naive_certificate.check_fast):
+        with pytest.raises(AssertionError):
+            checker(bad)
+
+
+def test_interpolated_certificate_known_answer():
+    """Lengths 1 (x5), 2 (x19) and 12 (x19), L = 22, depth 2, a grid of 5 units: the grid
+    proves 10 packs; drawn as a line, the same prices prove 19 (the LP: 21.5)."""
+    from packlib.optimal import _relaxed
+
+    h = np.zeros(22, np.int64)
+    h[[0, 1, 11]] = [5, 19, 19]
+    cert, _ = _relaxed.grid_certificate(h, 22, 2, 5, None)
+    line = _relaxed.interpolated_certificate(h, 22, 2, cert)
+    assert (cert.bound, line.bound, exact_lp(h, 2)) == (10, 19, 21.5)
+    assert naive_certificate.check(line, h) == 19
+
+
+def test_interpolated_certificate_skips_a_costly_dp():
+    """The line's DP over tokens runs only when its work (rising prices x (depth + 1) x L)
+    is small: with a zero work allowance no certificate is made."""
+    from unittest import mock
+
+    from packlib.optimal import _relaxed
+
+    h = np.zeros(22, np.int64)
+    h[[0, 1, 11]] = [5, 19, 19]
+    cert, _ = _relaxed.grid_certificate(h, 22, 2, 5, None)
+    with mock.patch.object(_relaxed, "INTERPOLATION_WORK", 0.0):
+        assert _relaxed.interpolated_certificate(h, 22, 2, cert) is None
+
+
 def exact_lp_ceiling(h, depth):
     return math.ceil(exact_lp(h, depth) - 1e-7) if len(h) <= 12 or h.sum() == 0 else math.inf
 
@@ -670,6 +720,11 @@ def test_grid_plan_holds_every_sequence_once(h, depth, K):
     assert np.array_equal(p.histogram(), h)
     assert (p.strategy_tokens() <= L).all() and np.diff(p.strategy_offsets).max() <= depth
     assert p.num_packs >= packlib.lower_bound(h, max_sequences_per_pack=depth).bound
+    from unittest import mock
+
+    with mock.patch.object(_relaxed, "ROUNDINGS", 0):  # one rounding, the rest by the fill
+        once, _, _ = _relaxed.grid_plan(h, L, depth, min(K, L), None)
+    assert p.num_packs <= once[2].sum()  # solving the rest's LP again never costs packs
 
 
 def test_expand_bucket_packs_runs_and_mixed_packs():
@@ -835,17 +890,22 @@ def test_interior_point_first_solve_gives_the_same_lp(h, depth, K, up):
 
 def test_grid_schedule():
     """Which grids are affordable grows with L (the time goals do) and shrinks with depth;
-    a grid of L units is one LP, not two; the coarsest grid runs, then the finest."""
+    a grid of L units is one LP, not two; the coarsest grid runs, then the bound side on a
+    grid half as fine as the plan side's finest (steps: (K, bound side, plan side))."""
     from packlib.optimal import _relaxed
 
     assert _relaxed.grid_affordable(1024, 10**6, 8192)  # the coarsest grid always runs
-    assert _relaxed.grid_schedule(8192, 8) == [1024, 8192]  # 8192 = L: one LP
-    assert _relaxed.grid_schedule(8192, 16) == [1024, 4096]
-    assert _relaxed.grid_schedule(32768, 8) == [1024, 4096]
-    assert _relaxed.grid_schedule(2048, 3) == [1024, 2048] and _relaxed.grid_schedule(1000, 3) == [1000]
+    assert _relaxed.grid_schedule(8192, 8) == [(1024, True, True), (8192, True, True)]  # 8192 = L: one LP
+    assert _relaxed.grid_schedule(32768, 8) == [(1024, True, True), (4096, True, False), (8192, False, True)]
+    assert _relaxed.grid_schedule(32768, 16) == _relaxed.grid_schedule(131072, 8) == _relaxed.grid_schedule(32768, 8)
+    assert _relaxed.grid_schedule(8192, 16) == [(1024, True, True), (2048, True, False), (4096, False, True)]
+    assert _relaxed.grid_schedule(4096, 64) == [(1024, True, True), (2048, True, True)]  # nothing between
+    assert _relaxed.grid_schedule(2048, 3) == [(1024, True, True), (2048, True, True)]
+    assert _relaxed.grid_schedule(1000, 3) == [(1000, True, True)]
     assert _relaxed.grid_affordable(4096, 16, 32768) and not _relaxed.grid_affordable(4096, 32, 32768)
     assert _relaxed.grid_affordable(8192, 8, 131072) and not _relaxed.grid_affordable(8192, 16, 131072)
     assert _relaxed.grid_affordable(2048, 64, 131072) and not _relaxed.grid_affordable(4096, 64, 131072)
+    assert _relaxed.plan_work(8192, 16, 32768) == _relaxed.plan_work(8192, 8, 32768) == _relaxed.grid_work(8192, 8, 32768, 1)
     assert _relaxed.grid_work(8192, 8, 8192) * 2 == _relaxed.grid_work(8192, 8, 16384) / 2 ** 0.25
 
 

@@ -230,8 +230,9 @@ def _close_depth_gap(solver: _Solver) -> None:
     the coarse histogram rounded down, a plan from it rounded up; see
     :mod:`packlib.optimal._relaxed`) on the grids of ``grid_schedule`` in turn, while the best
     plan is not within 0.01 % (or one pack) of the best bound, the grid is affordable and
-    time is left. Adds to ``solver.extra_certificates`` and ``solver.heuristics["grid"]``.
-    Deterministic: the grids are fixed. The bound side is skipped once the plan side's LP
+    time is left (``grid_schedule`` says which side runs on which grid). Adds to
+    ``solver.extra_certificates`` and ``solver.heuristics["grid"]``. Deterministic: the
+    grids are fixed. The bound side is skipped once the plan side's LP
     (above the true LP, which is above every bound side) has a ceiling the bound already
     reaches; then no finer grid can raise the bound."""
     h, L, depth = solver.h, solver.L, solver.depth
@@ -240,7 +241,9 @@ def _close_depth_gap(solver: _Solver) -> None:
     base = _simple_certificates(h, L, depth) + [_verified(_l2_certificate(h, L, depth)[0])]
     up = math.inf  # the plan side's last LP value
     last_down = last_up = None  # the last LPs' patterns (with their grid), to start the next from
-    for K in _relaxed.grid_schedule(L, depth):
+    steps = _relaxed.grid_schedule(L, depth)
+    last_plan = max((i for i, step in enumerate(steps) if step[2]), default=-1)
+    for i, (K, bound_side, plan_side) in enumerate(steps):
         bound = _best_certificate(base + solver.extra_certificates).bound
         packs = min(p.num_packs for p in solver.heuristics.values())
         if _close_enough(packs, bound) or not solver.time_left():
@@ -248,12 +251,16 @@ def _close_depth_gap(solver: _Solver) -> None:
         # on a grid of L units both sides are the LP of the lengths themselves: solved once
         exact = _relaxed.grid_lp(h, L, depth, K, solver.deadline, last_down or last_up) if K == L else None
         ran = False
-        if up - 1e-6 > bound:  # (the bound is whole: the plan side's ceiling is above it)
-            cert, last_down = _relaxed.grid_certificate(h, L, depth, K, solver.deadline, last_down, exact)
-            solver.extra_certificates.append(cert)
+        if bound_side and up - 1e-6 > bound:  # (the bound is whole: the plan side's ceiling is above it)
+            last_down = _grid_bound(solver, K, last_down, exact)
             ran = True
-        if solver.time_left():
-            plan, value, last_up = _relaxed.grid_plan(h, L, depth, K, solver.deadline, last_up, exact)
+        if plan_side and solver.time_left():
+            # the rest of the rounding is solved again only on the last plan side (a finer
+            # grid's plan follows the others)
+            again = i == last_plan
+            target = _best_certificate(base + solver.extra_certificates).bound if again else 0
+            plan, value, last_up = _relaxed.grid_plan(h, L, depth, K, solver.deadline, last_up, exact, target,
+                                                      None if again else 0)
             if math.isfinite(value):
                 up = min(up, value)
             if plan is not None and plan[2].sum() < packs:
@@ -261,6 +268,20 @@ def _close_depth_gap(solver: _Solver) -> None:
             ran = True
         if ran:
             solver.grids.append(K)
+
+
+def _grid_bound(solver: _Solver, K: int, last, exact):
+    """The bound side on a grid of ``K`` units: its certificate and, below ``K = L``, the
+    same prices drawn as a line between units (``_relaxed.interpolated_certificate``), added
+    to ``solver.extra_certificates``. Returns the patterns its LP used (to start the next)."""
+    h, L, depth = solver.h, solver.L, solver.depth
+    cert, used = _relaxed.grid_certificate(h, L, depth, K, solver.deadline, last, exact)
+    solver.extra_certificates.append(cert)
+    line = _relaxed.interpolated_certificate(h, L, depth, cert) if K < L else None
+    if line is not None:
+        solver.extra_certificates.append(line)
+        solver.interpolated[id(line)] = K
+    return used
 
 
 def _best_plan(solver, found, lb, h, L, user_depth, t0) -> PackingPlan:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from fractions import Fraction
+from operator import mul
 
 import numpy as np
 
@@ -92,8 +93,7 @@ def _best_certificate(certs):
         return None
 
     def value(c):
-        num = sum(int(a) * int(b) for a, b in zip(c.counts.tolist(), c.prices.tolist()))
-        return Fraction(num, c.denominator)
+        return Fraction(sum(map(mul, c.counts.tolist(), c.prices.tolist())), c.denominator)  # exact: Python ints
 
     return max(certs, key=value)
 

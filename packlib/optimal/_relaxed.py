@@ -26,6 +26,8 @@ beside it takes the slots it leaves empty.
 """
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from ._certificates import _MAX_DENOMINATOR
@@ -42,30 +44,65 @@ def time_goal(L: int) -> float:
     return 10.0 if L <= 8192 else 20.0 if L <= 32768 else 40.0 if L <= 65536 else 60.0
 
 
-def grid_work(K: int, depth: int, L: int) -> float:
+PLAN_SHARE = 0.7  # ... of that work the plan side's finest grid may take (the bound side's grid then takes the rest)
+
+
+def grid_work(K: int, depth: int, L: int, sides: int | None = None) -> float:
     """A size for the LPs on a grid of ``K`` units: ``K**2 * (depth + 1)`` (the master has
-    ``K`` rows, and deeper patterns make it denser and need more of them), twice over
-    below ``K = L`` (a bound and a plan: two LPs; at ``K = L`` they are one), times
-    ``(L / 8192) ** 0.25`` (the LP at 32,768 takes about twice as long as at 8,192 on the
-    same grid). Calibrated so that the grid of 8,192 units at ``L = 8,192``, depth 8, fits
-    its time goal (docs/optimal.md has the measurements)."""
-    sides = 1 if K >= L else 2
+    ``K`` rows, and deeper patterns make it denser and need more of them), times ``sides``
+    (the bound's LP and the plan's; by default two below ``K = L``, where they are one),
+    times ``(L / 8192) ** 0.25`` (the LP at 32,768 takes about twice as long as at 8,192
+    on the same grid). Calibrated so that the grid of 8,192 units at ``L = 8,192``, depth
+    8, fits its time goal (docs/optimal.md has the measurements)."""
+    if sides is None:
+        sides = 1 if K >= L else 2
     return float(K) * K * (depth + 1) * sides * (L / 8192) ** 0.25
 
 
+def plan_work(K: int, depth: int, L: int) -> float:
+    """:func:`grid_work` of the plan side's LP alone, its depth counted up to 8: started
+    from a coarser grid's patterns, it is no slower at depth 16 than at depth 8 (5.8 s and
+    9.9 s on 8,192 units at ``L = 32,768``: docs/optimal.md)."""
+    return grid_work(K, min(depth, 8), L, sides=1)
+
+
+def _budget(L: int) -> float:
+    return GRID_WORK * time_goal(L) / 10
+
+
 def grid_affordable(K: int, depth: int, L: int) -> bool:
-    """Whether the LPs on a grid of ``K`` units are cheap enough for ``L``: they fit its
-    time goal, with the coarser grids' before them."""
-    return K <= GRIDS[0] or grid_work(K, depth, L) <= GRID_WORK * time_goal(L) / 10
+    """Whether the LPs on a grid of ``K`` units (both sides) are cheap enough for ``L``:
+    they fit its time goal, with the coarser grids' before them."""
+    return K <= GRIDS[0] or grid_work(K, depth, L) <= _budget(L)
 
 
-def grid_schedule(L: int, depth: int) -> list[int]:
-    """The grids whose LPs run, in turn: the coarsest of ``GRIDS`` (cheap; often enough),
-    then the finest affordable one (at most ``L`` units). The grids between them are
-    skipped: the finest grid's LP started from the coarsest one's patterns ends as well
-    and sooner (docs/optimal.md, "Long context")."""
-    grids = sorted({min(K, L) for K in GRIDS if grid_affordable(min(K, L), depth, L)})
-    return grids[:1] + grids[-1:] if len(grids) > 1 else grids
+def grid_schedule(L: int, depth: int) -> list[tuple[int, bool, bool]]:
+    """The grid LPs that run, in turn, as ``(K, bound side, plan side)``: the coarsest of
+    ``GRIDS`` (cheap; often enough), then
+
+    - the grid of ``L`` units (the exact LP: both sides in one) where it is affordable;
+    - else the plan side on the finest grid whose LP takes at most ``PLAN_SHARE`` of the
+      work allowed (:func:`plan_work`), after both sides on the finest grid at most half
+      as fine that fits in the rest (drawn as a line between units, the bound side needs
+      half the resolution of the plan side: docs/optimal.md).
+
+    The grids between are skipped: a fine grid's LP started from the coarsest one's
+    patterns ends as well and sooner."""
+    K0 = min(GRIDS[0], L)
+    steps = [(K0, True, True)]
+    budget = _budget(L)
+    if L <= GRIDS[-1] and grid_work(L, depth, L) <= budget:
+        return steps + [(L, True, True)] if L > K0 else steps
+    finer = [K for K in GRIDS if K0 < K < L]
+    plan = max([K for K in finer if plan_work(K, depth, L) <= PLAN_SHARE * budget], default=K0)
+    both = max([K for K in finer if 2 * K <= plan and grid_work(K, depth, L) <= budget], default=K0)
+    if both == K0 and plan > K0 and grid_work(plan, depth, L) <= budget:
+        both = plan  # no grid between: both sides on the plan's
+    if both > K0:
+        steps.append((both, True, plan == both))
+    if plan > both:
+        steps.append((plan, False, True))
+    return steps
 
 
 def _units(L: int, K: int, up: bool) -> np.ndarray:
@@ -158,6 +195,39 @@ def grid_certificate(h: np.ndarray, L: int, depth: int, K: int, deadline, last=N
     return cert, (K, _used_patterns(solver))
 
 
+INTERPOLATION_WORK = 1.5e8  # ... the interpolated certificate's DP runs when its work is below this times time_goal(L)
+
+
+def interpolated_certificate(h: np.ndarray, L: int, depth: int, cert: Certificate | None) -> Certificate | None:
+    """The grid certificate ``cert``'s prices drawn as a line between units: a length
+    ``l``, ``t = l * K / L - u`` of the way from unit ``u = floor(l * K / L)`` to ``u + 1``,
+    is priced ``(1 - t) * p[u] + t * p[u + 1]`` instead of ``p[u]``. Every length is priced
+    at least as before, and the best pack over tokens is worth the same on the grid's LP
+    duals (a pack that gains on the line pays for it in tokens, at the rate the prices rise
+    between units), so the bound rises by what the grid rounded away: on issue 30's rows,
+    half to all of the way to the plan side's LP (docs/optimal.md). The claim is over tokens
+    (no grid), its denominator the exact DP (``_certify``), which only runs when it is cheap:
+    only the lengths priced above every shorter one enter it. None when not affordable."""
+    from ._certificates import _certify
+
+    if cert is None or cert.grid is None:
+        return None
+    K = cert.grid
+    unit_price = np.zeros(K + 2, dtype=np.float64)
+    units = cert.lengths * K // L
+    unit_price[units] = cert.prices / cert.denominator
+    unit_price = np.maximum.accumulate(unit_price)
+    lengths = np.arange(1, L + 1, dtype=np.int64)
+    u = lengths * K // L
+    t = (lengths * K - u * L) / L
+    y = (1.0 - t) * unit_price[u] + t * unit_price[u + 1]
+    present = y[h > 0]
+    rising = int(np.count_nonzero(present > np.maximum.accumulate(np.concatenate([[0.0], present]))[:-1]))
+    if float(rising) * (depth + 1) * L > INTERPOLATION_WORK * time_goal(L):
+        return None
+    return _certify(y, h, L, depth)
+
+
 def verified_grid(cert: Certificate | None) -> Certificate | None:
     """``cert`` (with a ``grid``) if its prices are a function of the unit and an exact DP
     on the grid proves every pack of units worth at most its denominator, else None."""
@@ -176,34 +246,71 @@ def verified_grid(cert: Certificate | None) -> Certificate | None:
     return cert if value <= cert.denominator else None
 
 
-def grid_plan(h: np.ndarray, L: int, depth: int, K: int, deadline, last=None, solved=None):
-    """A plan from the coarse (up) LP rounded to whole packs, the rest by the exact fill:
-    ``((items, offsets, counts), lp_value, (K, patterns used))`` (CSR; ``lp_value`` bounds
-    what a rounding of that LP can reach) or ``(None, nan, None)``. ``last`` and ``solved``
-    as for :func:`grid_certificate`."""
+ROUNDINGS = 3  # the plan side's LP is solved again on what its rounding left, at most this many times
+REST_GRID = 2048  # ... on a grid of at most this many units
+
+
+def grid_plan(h: np.ndarray, L: int, depth: int, K: int, deadline, last=None, solved=None, target: int = 0,
+              roundings: int | None = None):
+    """A plan from the coarse (up) LP rounded down to whole packs; what that leaves is
+    packed by the LP of its own histogram on the same grid, rounded again (up to
+    ``roundings`` times, by default ``ROUNDINGS``, while time is left and the plan has
+    more than ``target`` packs, a proven bound), and the last rest by the exact fill; the
+    best of those stopping points. Returns ``((items, offsets, counts), lp_value, (K, patterns used))`` (CSR;
+    ``lp_value`` bounds what a rounding of that LP can reach) or ``(None, nan, None)``.
+    ``last`` and ``solved`` as for :func:`grid_certificate`."""
+    lp = grid_lp(h, L, depth, K, deadline, last, up=True) if solved is None else solved
+    if lp is None or lp[0].x is None:
+        return None, float("nan"), None
+    solver, lb = lp
+    used = (K, _used_patterns(solver))
+    parts, rest = [], h
+    best = None
+    k = K
+    for i in range((ROUNDINGS if roundings is None else roundings) + 1):
+        if i:
+            # the rest's own LP, on a grid of at most REST_GRID units: it needs a few
+            # thousand packs, which a coarser grid rounds as well, and sooner (the same
+            # master restarted from its basis with the rest as demand spreads it over
+            # thousands of patterns, each below one copy: nothing to round)
+            k = min(K, REST_GRID)
+            again = grid_lp(rest, L, depth, k, deadline, used if k == K else None, up=True)
+            if again is None or again[0].x is None:
+                break
+            solver = again[0]
+        packs, rest = _rounded_packs(solver.master.rows, solver.x, solver.h, k, rest, L)
+        parts.append(packs)
+        filled = _fill_plan(rest, L, depth)[:3] if rest.any() else None
+        total = sum(int(p[2].sum()) for p in parts) + (0 if filled is None else int(filled[2].sum()))
+        if best is None or total < best[0]:
+            best = (total, _joined(parts + ([] if filled is None else [filled])))
+        if best[0] <= target or rest.sum() <= 2 * depth or (deadline is not None and time.perf_counter() > deadline):
+            break
+    return best[1], lb.lp_value, used
+
+
+def _rounded_packs(rows: np.ndarray, x: np.ndarray, hk: np.ndarray, K: int, h: np.ndarray, L: int):
+    """The up LP's solution ``x`` over patterns ``rows`` (of units, demand ``hk``) rounded
+    down to whole patterns, as packs of the real lengths ``h`` (CSR ``(items, offsets,
+    counts)``), and the histogram of what they leave."""
     from .._kernels.optimal import round_columns
     from .._kernels.relaxed import expand_bucket_packs
 
-    lp = grid_lp(h, L, depth, K, deadline, last, up=True) if solved is None else solved
-    if lp is None:
-        return None, float("nan"), None
-    solver, lb = lp
-    hk = solver.h
-    if solver.x is None:
-        return None, float("nan"), None
-    rows, counts, _ = round_columns(solver.master.rows, np.floor(solver.x + 1e-9), hk)
+    rows, counts, _ = round_columns(rows, np.floor(x[: rows.shape[0]] + 1e-9), hk)
     b = np.arange(K + 1, dtype=np.int64)
     lo, hi = (b - 1) * L // K + 1, b * L // K  # unit b holds lengths lo[b]..hi[b]
     packs, pack_counts, rest = expand_bucket_packs(rows, counts, h, lo, hi)
     keep = pack_counts > 0
     items, offsets = _dense_to_csr(packs[keep])
-    pack_counts = pack_counts[keep]
-    if rest.any():
-        r_items, r_offsets, r_counts, _ = _fill_plan(rest, L, depth)
-        items = np.concatenate([items, r_items])
-        offsets = np.concatenate([offsets, r_offsets[1:] + offsets[-1]])
-        pack_counts = np.concatenate([pack_counts, r_counts])
-    return (items, offsets, pack_counts), lb.lp_value, (K, _used_patterns(solver))
+    return (items, offsets, pack_counts[keep]), rest
+
+
+def _joined(parts):
+    """CSR plans ``(items, offsets, counts)`` as one."""
+    items = np.concatenate([p[0] for p in parts])
+    widths = np.concatenate([np.diff(p[1]) for p in parts])
+    offsets = np.concatenate([[0], np.cumsum(widths)]).astype(np.int64)
+    return items, offsets, np.concatenate([p[2] for p in parts])
 
 
 def large_slot_certificate(h: np.ndarray, L: int, depth: int) -> Certificate | None:

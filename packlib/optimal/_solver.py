@@ -186,6 +186,7 @@ class _Solver:
         self.nnls = nnls  # False: NNLSHP never seeds the LP (the grid LPs of _relaxed)
         self.extra_certificates = []  # proven elsewhere (the grid and slot bounds)
         self.grids = []  # grid sizes whose LPs ran (long context with a depth limit)
+        self.interpolated = {}  # id of a certificate drawn between a grid's units -> that grid
         self.seeds = None  # extra starting patterns (rows of lengths), e.g. a coarser grid's
         self.fill_modes = None  # the exact-fill variants of the "fill" heuristic (None: _fill_plan's choice)
         self.repair = True  # ... and whether it repairs the unlimited fill by exchanges
@@ -267,6 +268,10 @@ class _Solver:
                 if cert is not None and cert.grid is not None:
                     message = (f"long context: the bound is the LP of the histogram on a grid of {cert.grid:,} "
                                "units (its certificate is checked on that grid); it is proven")
+                elif cert is not None and id(cert) in self.interpolated:
+                    message = (f"long context: the bound is the LP of the histogram on a grid of "
+                               f"{self.interpolated[id(cert)]:,} units, its prices drawn as a line between units "
+                               "(the certificate is checked over tokens); it is proven")
             if proven:
                 message = "column generation stopped once the ceiling of the LP was proven; the bound is proven"
         elif timed_out:
