@@ -61,8 +61,8 @@ def grid_work(K: int, depth: int, L: int, sides: int | None = None) -> float:
 
 def plan_work(K: int, depth: int, L: int) -> float:
     """:func:`grid_work` of the plan side's LP alone, its depth counted up to 8: started
-    from a coarser grid's patterns, it is no slower at depth 16 than at depth 8 (5.8 s and
-    9.9 s on 8,192 units at ``L = 32,768``: docs/optimal.md)."""
+    from a coarser grid's patterns, it is no slower at depth 16 than at depth 8
+    (docs/optimal.md has the measurements)."""
     return grid_work(K, min(depth, 8), L, sides=1)
 
 
