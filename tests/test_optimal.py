@@ -888,6 +888,34 @@ def test_interior_point_first_solve_gives_the_same_lp(h, depth, K, up):
         assert (p.strategy_tokens() <= L).all() and np.diff(p.strategy_offsets).max() <= depth
 
 
+def test_grid_lps_leave_a_margin_of_the_time_limit():
+    """The grid LPs stop 5 % of the time left before the deadline, so that what follows a
+    stopped LP (its rounding, the fill of its rest, the certificates) fits in the limit."""
+    import time
+    from contextlib import ExitStack
+    from unittest import mock
+
+    from packlib.optimal import _relaxed
+
+    seen = []
+    real = _relaxed.grid_certificate
+
+    def spy(h, L, depth, K, deadline, *args):
+        seen.append(deadline)
+        return real(h, L, depth, K, deadline, *args)
+
+    h = np.zeros(24, np.int64)
+    h[[0, 3, 15, 19, 23]] = [28, 50, 19, 20, 27]  # the grids run here (the greedy plans are not close)
+    with ExitStack() as stack:
+        for p in _forced_long():
+            stack.enter_context(p)
+        stack.enter_context(mock.patch.object(_relaxed, "grid_certificate", spy))
+        t0 = time.perf_counter()
+        plan = packlib.optimal_pack(h, max_sequences_per_pack=3, time_limit=100.0)
+    check_plan(plan, h, 3)
+    assert seen and all(t0 + 90 < d < t0 + 96 for d in seen)  # (t0 + 100 without the margin)
+
+
 def test_grid_schedule():
     """Which grids are affordable grows with L (the time goals do) and shrinks with depth;
     a grid of L units is one LP, not two; the coarsest grid runs, then the bound side on a

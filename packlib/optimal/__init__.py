@@ -225,6 +225,9 @@ def _close_enough(packs: int, bound: int) -> bool:
     return packs - bound <= max(1, bound // 10_000)
 
 
+LP_MARGIN = 0.05  # share of the time left that the grid LPs leave to the steps after them
+
+
 def _close_depth_gap(solver: _Solver) -> None:
     """Long context with a depth limit: the slot bound, then the grid LPs (a bound from
     the coarse histogram rounded down, a plan from it rounded up; see
@@ -242,24 +245,32 @@ def _close_depth_gap(solver: _Solver) -> None:
     up = math.inf  # the plan side's last LP value
     last_down = last_up = None  # the last LPs' patterns (with their grid), to start the next from
     steps = _relaxed.grid_schedule(L, depth)
+    # the LPs stop a little before the deadline: what follows a stopped LP (its rounding,
+    # the fill of its rest, the certificates) then fits in the time limit as well
+    lp_deadline = solver.deadline
+    if lp_deadline is not None:
+        lp_deadline -= LP_MARGIN * max(lp_deadline - time.perf_counter(), 0.0)
     last_plan = max((i for i, step in enumerate(steps) if step[2]), default=-1)
     for i, (K, bound_side, plan_side) in enumerate(steps):
         bound = _best_certificate(base + solver.extra_certificates).bound
         packs = min(p.num_packs for p in solver.heuristics.values())
         if _close_enough(packs, bound) or not solver.time_left():
             break
+        if lp_deadline is not None and time.perf_counter() >= lp_deadline:
+            solver.stopped = True  # (the time left is the margin)
+            break
         # on a grid of L units both sides are the LP of the lengths themselves: solved once
-        exact = _relaxed.grid_lp(h, L, depth, K, solver.deadline, last_down or last_up) if K == L else None
+        exact = _relaxed.grid_lp(h, L, depth, K, lp_deadline, last_down or last_up) if K == L else None
         ran = False
         if bound_side and up - 1e-6 > bound:  # (the bound is whole: the plan side's ceiling is above it)
-            last_down = _grid_bound(solver, K, last_down, exact)
+            last_down = _grid_bound(solver, K, last_down, exact, lp_deadline)
             ran = True
         if plan_side and solver.time_left():
             # the rest of the rounding is solved again only on the last plan side (a finer
             # grid's plan follows the others)
             again = i == last_plan
             target = _best_certificate(base + solver.extra_certificates).bound if again else 0
-            plan, value, last_up = _relaxed.grid_plan(h, L, depth, K, solver.deadline, last_up, exact, target,
+            plan, value, last_up = _relaxed.grid_plan(h, L, depth, K, lp_deadline, last_up, exact, target,
                                                       None if again else 0)
             if math.isfinite(value):
                 up = min(up, value)
@@ -270,12 +281,12 @@ def _close_depth_gap(solver: _Solver) -> None:
             solver.grids.append(K)
 
 
-def _grid_bound(solver: _Solver, K: int, last, exact):
+def _grid_bound(solver: _Solver, K: int, last, exact, deadline):
     """The bound side on a grid of ``K`` units: its certificate and, below ``K = L``, the
     same prices drawn as a line between units (``_relaxed.interpolated_certificate``), added
     to ``solver.extra_certificates``. Returns the patterns its LP used (to start the next)."""
     h, L, depth = solver.h, solver.L, solver.depth
-    cert, used = _relaxed.grid_certificate(h, L, depth, K, solver.deadline, last, exact)
+    cert, used = _relaxed.grid_certificate(h, L, depth, K, deadline, last, exact)
     solver.extra_certificates.append(cert)
     line = _relaxed.interpolated_certificate(h, L, depth, cert) if K < L else None
     if line is not None:
