@@ -916,6 +916,28 @@ def test_grid_lps_leave_a_margin_of_the_time_limit():
     assert seen and all(t0 + 90 < d < t0 + 96 for d in seen)  # (t0 + 100 without the margin)
 
 
+def test_exchanges_skipped_at_long_context_when_the_depth_nearly_binds():
+    """Lengths 3 (x24), 8 (x7), 13 (x3), L = 21, depth 4: the unlimited fill's packs have
+    slots for 34 / 0.944 sequences. Below long context the exchanges still run; at long
+    context they run only up to 88 % of those slots (``_tuning.REPAIR_SLOTS``)."""
+    from unittest import mock
+
+    from packlib.optimal import _solver, _tuning
+
+    h = np.zeros(21, np.int64)
+    h[[2, 7, 12]] = [24, 7, 3]
+    for long_context, runs in ((1024, True), (0, False), (0, True)):
+        slots = 0.95 if runs and long_context == 0 else _tuning.REPAIR_SLOTS
+        with mock.patch.object(_tuning, "LONG_CONTEXT", long_context), \
+                mock.patch.object(_tuning, "REPAIR_SLOTS", slots), \
+                mock.patch.object(_solver, "_repaired", wraps=_solver._repaired) as repaired:
+            items, offsets, counts, _ = _solver._fill_plan(h, 21, 4)
+        assert repaired.called == runs
+        p = PackingPlan.from_ragged(items, offsets, counts, 21, 4)
+        assert np.array_equal(p.histogram(), h) and (p.strategy_tokens() <= 21).all()
+        assert np.diff(p.strategy_offsets).max() <= 4
+
+
 def test_grid_schedule():
     """Which grids are affordable grows with L (the time goals do) and shrinks with depth;
     a grid of L units is one LP, not two; the coarsest grid runs, then the bound side on a

@@ -61,9 +61,18 @@ def _fill_plan(h: np.ndarray, L: int, depth: int | None, modes=None, repair: boo
     unlimited = exact_fill(h, L, 0, 2)
     if np.diff(unlimited[1]).max(initial=0) <= depth:
         candidates.append((*unlimited, "fill 2"))
-    elif repair and h.sum() <= depth * unlimited[2].sum():  # else the depth binds: more sequences than those packs hold
+    elif repair and h.sum() <= _repair_slots(L) * depth * unlimited[2].sum():
+        # else the depth binds: (nearly) more sequences than those packs hold
         candidates.append(_repaired(unlimited, L, depth, modes))
     return min(candidates, key=lambda c: int(c[2].sum()))
+
+
+def _repair_slots(L: int) -> float:
+    """The share of the unlimited fill's slots (``depth x`` its packs) the sequences may
+    take for the exchanges to run. At long context, above 88 % they never made the plan on
+    issue 30's battery and rows (at 0.89-0.97 the grid LPs did; the exchanges won up to
+    0.83), and they cost seconds the grid LPs need (docs/optimal.md)."""
+    return _tuning.REPAIR_SLOTS if L > _tuning.LONG_CONTEXT else 1.0
 
 
 def _best_fill(h: np.ndarray, L: int, D: int, modes):

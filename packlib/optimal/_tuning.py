@@ -7,3 +7,4 @@ LP_WORK = 3e8  # ... and about this many pricing-DP steps per LP round
 IPM_COLUMNS = 12_000  # a primal-simplex master this big at its first solve starts by interior point,
 IPM_DEPTH = 16  # ... when its patterns may hold this many sequences or more
 MAX_ROUNDS = 10_000  # LP rounds per phase of column generation (status 2 when reached)
+REPAIR_SLOTS = 0.88  # at long context the exchanges run while sequences <= this x depth x the unlimited fill's packs
