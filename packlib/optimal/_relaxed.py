@@ -213,13 +213,11 @@ def interpolated_certificate(h: np.ndarray, L: int, depth: int, cert: Certificat
     if cert is None or cert.grid is None:
         return None
     K = cert.grid
+    u = _units(L, K, up=False)  # of each length 1..L
     unit_price = np.zeros(K + 2, dtype=np.float64)
-    units = cert.lengths * K // L
-    unit_price[units] = cert.prices / cert.denominator
+    unit_price[u[cert.lengths - 1]] = cert.prices / cert.denominator
     unit_price = np.maximum.accumulate(unit_price)
-    lengths = np.arange(1, L + 1, dtype=np.int64)
-    u = lengths * K // L
-    t = (lengths * K - u * L) / L
+    t = (np.arange(1, L + 1, dtype=np.int64) * K - u * L) / L
     y = (1.0 - t) * unit_price[u] + t * unit_price[u + 1]
     present = y[h > 0]
     rising = int(np.count_nonzero(present > np.maximum.accumulate(np.concatenate([[0.0], present]))[:-1]))
@@ -253,12 +251,12 @@ REST_GRID = 2048  # ... on a grid of at most this many units
 def grid_plan(h: np.ndarray, L: int, depth: int, K: int, deadline, last=None, solved=None, target: int = 0,
               roundings: int | None = None):
     """A plan from the coarse (up) LP rounded down to whole packs; what that leaves is
-    packed by the LP of its own histogram on the same grid, rounded again (up to
-    ``roundings`` times, by default ``ROUNDINGS``, while time is left and the plan has
-    more than ``target`` packs, a proven bound), and the last rest by the exact fill; the
-    best of those stopping points. Returns ``((items, offsets, counts), lp_value, (K, patterns used))`` (CSR;
-    ``lp_value`` bounds what a rounding of that LP can reach) or ``(None, nan, None)``.
-    ``last`` and ``solved`` as for :func:`grid_certificate`."""
+    packed by the LP of its own histogram (on at most ``REST_GRID`` units), rounded again
+    (up to ``roundings`` times, by default ``ROUNDINGS``, while time is left and the plan
+    has more than ``target`` packs, a proven bound), and the last rest by the exact fill;
+    the best of those stopping points. Returns ``((items, offsets, counts), lp_value, (K,
+    patterns used))`` (CSR; ``lp_value`` bounds what a rounding of that LP can reach) or
+    ``(None, nan, None)``. ``last`` and ``solved`` as for :func:`grid_certificate`."""
     lp = grid_lp(h, L, depth, K, deadline, last, up=True) if solved is None else solved
     if lp is None or lp[0].x is None:
         return None, float("nan"), None
