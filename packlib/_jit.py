@@ -11,14 +11,47 @@ imports numba or passes numba options (``tests/test_lint.py`` checks it).
 - ``error_model="numpy"``: no Python exception machinery for float division in hot loops.
 - No ``fastmath``: most kernels do integer bookkeeping where reassociation buys nothing, and
   the float kernels (NNLS) must give the same answer on every machine.
-- Compilation is lazy: no signatures are given, nothing compiles at import.
+- Compilation is lazy: no signatures are given, nothing compiles at import. The first
+  compilation in a process says so once on an interactive terminal or in a notebook (numba's
+  compile event; a kernel loaded from the cache is no compilation), since that call takes
+  seconds where later ones take milliseconds.
 """
 from __future__ import annotations
 
+import sys
+
 import numba
 import numpy as np
+from numba.core import event as _event
 
 _SERIAL = dict(cache=True, nogil=True, error_model="numpy")
+
+
+class _CompileNotice(_event.Listener):
+    """Prints one line when the first packlib kernel of the process starts compiling."""
+
+    said = False
+
+    def on_start(self, event):
+        if self.said or not _interactive():
+            return
+        dispatcher = event.data.get("dispatcher") if isinstance(event.data, dict) else None
+        if getattr(getattr(dispatcher, "py_func", None), "__module__", "").startswith("packlib."):
+            type(self).said = True
+            print("packlib: compiling kernels for their first use on this machine (seconds; numba caches them, "
+                  "so later runs load them quickly)", file=sys.stderr, flush=True)
+
+    def on_end(self, event):
+        pass
+
+
+def _interactive() -> bool:
+    """A person is watching: a terminal, or a Jupyter / IPython kernel (not a test's pipe)."""
+    stream = sys.stderr
+    return "ipykernel" in sys.modules or bool(getattr(stream, "isatty", lambda: False)())
+
+
+_event.register("numba:compile", _CompileNotice())
 
 
 def jit(fn):

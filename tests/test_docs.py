@@ -1,4 +1,5 @@
 import pathlib
+import re
 import runpy
 import subprocess
 import sys
@@ -30,12 +31,30 @@ def test_api_reference_does_not_depend_on_the_optional_packages():
     assert out.returncode == 0, out.stdout + out.stderr
 
 
-def test_readme_gives_the_two_quick_start_commands_and_ci_runs_the_test_one():
+def _quick_start_commands() -> list[str]:
+    """The ```bash blocks of the README's Quick start, one command each."""
     readme = (ROOT / "README.md").read_text()
-    assert "pip install . && python -m packlib demo" in readme
-    assert 'pip install -e ".[test]" && python -m pytest' in readme
-    ci = (ROOT / ".ci" / "run").read_text()
-    assert '-e ".[test]"' in ci and "-m pytest" in ci
+    section = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    return [block.strip() for block in re.findall(r"```bash\n(.*?)```", section, re.S)]
+
+
+def test_readme_gives_the_two_quick_start_commands():
+    assert _quick_start_commands() == ["pip install . && python -m packlib demo",
+                                       'pip install -e ".[test]" && python -m pytest']
+
+
+def test_ci_runs_the_readme_test_command_verbatim_first_in_a_fresh_venv():
+    """.ci/run's first install is the README's test command, as written, inside a virtual
+    environment it has just made: what CI proves is what a newcomer runs."""
+    command = _quick_start_commands()[1]
+    lines = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    lines = [line for line in lines if line and not line.startswith("#")]
+    runs = [i for i, line in enumerate(lines) if line.startswith(command)]
+    assert runs, f".ci/run does not run the README's test command {command!r}"
+    before = lines[:runs[0]]
+    assert any(line.startswith("python3 -m venv") for line in before), "no fresh virtual environment first"
+    assert not any("pip install" in line or "pip_install" in line for line in before), \
+        "something is installed before the README's command"
 
 
 def _public_modules():
