@@ -28,7 +28,6 @@ _HERE = pathlib.Path(__file__).resolve().parent
 # module or package under packlib/ -> the top-level packages its examples need
 OPTIONAL_MODULES = {
     "packlib/plot.py": ("matplotlib",),
-    "packlib/torch.py": ("torch",),
     "packlib/torch": ("torch",),
     "packlib/formats/hdf5.py": ("h5py",),
     "packlib/arrow.py": ("pyarrow",),

@@ -235,6 +235,7 @@ def _child(planner, lengths, L, W, M, queue):
     os.dup2(devnull, 2)  # the peers' progress bars and advisories; failures come back through the queue
     import packlib  # noqa: F401 - imports are not the planner's memory
     import packlib._kernels.balance  # noqa: F401
+    import packlib._kernels.spread  # noqa: F401
     try:
         if planner.startswith("TRL"):
             import datasets  # noqa: F401

@@ -21,9 +21,10 @@ SECTIONS = [
     ("Comparison", ["compare", "ComparisonTable"]),
     ("Blended-dataset indices", ["blend", "blend_exhaustive", "BlendedIndex"]),
     ("Bucketing and streaming", ["BucketedReadaheadBatchIterator", "bucket", "pack_stream"]),
-    ("Compute-balanced steps", ["balance", "fit_cost", "transformer_cost", "Schedule", "BalancedBatchSampler"]),
+    ("Compute-balanced steps", ["balance", "round_robin", "fit_cost", "transformer_cost", "Schedule",
+                                "BalancedBatchSampler"]),
     ("Utilities", ["warmup", "datasets.wikipedia_512", "datasets.load_histogram"]),
-    ("Plots (extra `plot`)", ["plot.histogram", "plot.plan", "plot.strategies", "plot.compare"]),
+    ("Plots (extra `plot`)", ["plot.histogram", "plot.plan", "plot.strategies", "plot.compare", "plot.schedule"]),
 ]
 # adapters are documented module by module
 MODULES = ["packlib.formats", "packlib.pipeline", "packlib.torch"]

@@ -48,7 +48,8 @@ _EXPORTS = {
     "Schedule": "balancing",
     "transformer_cost": "balancing",
     "fit_cost": "balancing",
-    "BalancedBatchSampler": "sampler",
+    "round_robin": "balancing",
+    "BalancedBatchSampler": "balancing",
     "ComparisonTable": "comparison",
 }
 _SUBMODULES = ("datasets", "formats", "methods", "plot", "torch")
@@ -78,9 +79,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
     from ._warmup import warmup  # noqa: F401
     from .blending import BlendedIndex, blend, blend_exhaustive  # noqa: F401
     from .bucketing import Batches, BucketedReadaheadBatchIterator, PackStream, bucket, pack_stream  # noqa: F401
-    from .balancing import Schedule, balance, fit_cost, transformer_cost  # noqa: F401
+    from .balancing import BalancedBatchSampler, Schedule, balance, fit_cost, round_robin, transformer_cost  # noqa: F401
     from .comparison import ComparisonTable, compare  # noqa: F401
-    from .sampler import BalancedBatchSampler  # noqa: F401
     from .optimal import Certificate, LowerBound, lower_bound, optimal_pack  # noqa: F401
     from .packing import (  # noqa: F401
         PackingPlan,

@@ -170,7 +170,7 @@ def compare(table, ax=None):
 def schedule(schedule, baseline=None, ax=None, *, steps: int = 200):
     """How busy each rank is at each step: ``cost / the step's largest rank cost`` as an
     image (1.0: the rank sets the step's time; lower: it waits), for the first ``steps``
-    steps; with ``baseline`` (e.g. :func:`packlib.balancing.round_robin` of the same
+    steps; with ``baseline`` (e.g. :func:`packlib.round_robin` of the same
     lengths), the two side by side, each titled with its balance.
 
     Parameters

@@ -134,7 +134,7 @@ def test_no_step_holds_far_more_sequences_than_the_others():
 @given(st.lists(st.integers(1, 100), min_size=1, max_size=200), st.integers(100, 128), st.sampled_from([2, 3, 1000]),
        st.integers(0, 8), st.integers(0, 5), st.sampled_from([-1.0, 0.0, 0.3, 0.875, 1.0]), st.booleans())
 def test_spread_packing_is_a_packing_and_needs_no_more_rows_than_asked(lengths, L, depth, extra, steps, guess, check):
-    from packlib._kernels.balance import spread_bfd
+    from packlib._kernels.spread import spread_bfd
     from packlib._kernels.binpack import bfd
 
     lens = np.array(lengths, np.int64)
@@ -152,7 +152,7 @@ def test_spread_packing_is_a_packing_and_needs_no_more_rows_than_asked(lengths, 
 def test_the_spread_packing_s_bucket_bitset_packs_like_best_fit_decreasing(lengths, L, depth):
     """With no reserve and no short round, the spread's packing (buckets of rows in a
     hierarchical bitset, up to four levels here) is plain best-fit decreasing, row for row."""
-    from packlib._kernels.balance import _bfd_rounds, _bitset_levels
+    from packlib._kernels.spread import _bfd_rounds, _bitset_levels
     from packlib._kernels.binpack import bfd, decreasing_order
 
     lens = np.minimum(np.array(lengths, np.int64), L)

@@ -518,6 +518,12 @@ def test_iterator_setstate_wrong_types():
 
 
 # ---------------------------------------------------------------- torch adapter
+def _forget_packlib_torch(monkeypatch):
+    """Drop packlib.torch and its modules, so that the next import sees the torch now in place."""
+    for name in [m for m in sys.modules if m == "packlib.torch" or m.startswith("packlib.torch.")]:
+        monkeypatch.delitem(sys.modules, name)
+
+
 def _fake_torch(monkeypatch, worker_info=None):
     torch = types.ModuleType("torch")
     utils = types.ModuleType("torch.utils")
@@ -531,7 +537,7 @@ def _fake_torch(monkeypatch, worker_info=None):
     torch.utils, utils.data = utils, data
     for name, mod in (("torch", torch), ("torch.utils", utils), ("torch.utils.data", data)):
         monkeypatch.setitem(sys.modules, name, mod)
-    monkeypatch.delitem(sys.modules, "packlib.torch", raising=False)
+    _forget_packlib_torch(monkeypatch)
     return data
 
 
@@ -579,7 +585,7 @@ def test_torch_adapter_without_torch(monkeypatch):
     if "torch" in sys.modules and not isinstance(sys.modules["torch"], types.ModuleType):
         pytest.skip("unusual torch module")
     monkeypatch.setitem(sys.modules, "torch", None)  # makes `import torch` fail
-    monkeypatch.delitem(sys.modules, "packlib.torch", raising=False)
+    _forget_packlib_torch(monkeypatch)
     import packlib.torch as pt
 
     with pytest.raises(ImportError, match="pip install"):

@@ -1,4 +1,4 @@
-"""Packed rows stay isolated in real models (packlib/torch.py and every adapter that feeds a
+"""Packed rows stay isolated in real models (packlib/torch/ and every adapter that feeds a
 trainer): the per-token logits of a packed row equal those of each sequence run alone, and the
 row's loss is the token-weighted loss of its sequences.
 

@@ -1,0 +1,112 @@
+"""The cost model of a packed row: a sequence of ``l`` tokens costs ``a * l + b * l**2``
+(linear layers, then attention). :func:`transformer_cost` derives ``(a, b)`` from a dense
+transformer's shape, :func:`fit_cost` fits it to measured times."""
+from __future__ import annotations
+
+import numpy as np
+
+from .._validate import as_bool, as_float_array, as_lengths, as_positive_int
+
+
+def transformer_cost(hidden_size: int, *, causal: bool = True, ffn_multiplier: float = 4.0) -> tuple[float, float]:
+    """Cost coefficients ``(a, b)`` of a sequence of ``l`` tokens, ``a * l + b * l**2``, for
+    a dense transformer of hidden size ``h`` (per layer, forward; backward scales both terms
+    alike, so the ratio holds):
+
+    - linear layers: QKV ``6·h²``, output projection ``2·h²``, MLP ``4·f·h²`` FLOPs per
+      token (``f = ffn_multiplier``), i.e. ``(8 + 4·f)·h²·l``;
+    - attention: scores and weighted sum ``4·h·l²`` FLOPs, half of it causal.
+
+    Normalised to ``a = 1``: ``b = 4 / ((8 + 4·f)·h)``, halved when causal (``1 / (12·h)``
+    for ``f = 4``). Fit ``a`` and ``b`` to measured kernel times when you have them.
+
+    Parameters
+    ----------
+    hidden_size : int
+        The model's hidden size ``h``.
+    causal : bool, default True
+        Causal attention (a decoder) computes half the scores.
+    ffn_multiplier : float, default 4.0
+        MLP width over ``h``.
+
+    Returns
+    -------
+    tuple of float
+
+    Examples
+    --------
+    >>> transformer_cost(4096)
+    (1.0, 2.0345052083333332e-05)
+    >>> transformer_cost(4096, causal=False)[1] == 1 / (6 * 4096)
+    True
+    """
+    h = as_positive_int(hidden_size, "hidden_size")
+    causal = as_bool(causal, "causal")
+    f = float(as_float_array([ffn_multiplier], "ffn_multiplier")[0])
+    if f < 0:
+        raise ValueError(f"ffn_multiplier must be >= 0, got {f}")
+    b = 4.0 / ((8.0 + 4.0 * f) * h)
+    return 1.0, (b / 2.0 if causal else b)
+
+
+def fit_cost(rows, seconds) -> tuple[float, float]:
+    """Cost coefficients ``(a, b)`` fitted to measured times of packed rows: a row holding
+    sequences of lengths ``l_1 .. l_k`` takes ``a * sum(l) + b * sum(l**2)`` seconds, the
+    model :func:`balance` and :class:`~packlib.BalancedBatchSampler` take. Non-negative
+    least squares (``scipy.optimize.nnls``) over the rows; time rows of varied make-up
+    (one long sequence, many short ones, mixtures) so that both terms show.
+
+    Parameters
+    ----------
+    rows : sequence of array_like of int
+        The timed rows: for each, the lengths of the sequences it holds.
+    seconds : array_like of float
+        The measured time of each row (one forward and backward, say), ``>= 0``.
+
+    Returns
+    -------
+    tuple of float
+        ``(a, b)``, seconds per token and per squared token, both ``>= 0``.
+
+    Raises
+    ------
+    ValueError
+        An empty row, a negative or non-finite time (naming the row), counts that differ,
+        or rows that cannot tell the two terms apart (every row's ``sum(l**2) / sum(l)``
+        the same, e.g. rows of single sequences of one length).
+
+    Examples
+    --------
+    >>> rows = [[4096], [1024] * 4, [256] * 16, [2048, 1024, 512, 512]]
+    >>> seconds = [2e-6 * sum(r) + 1e-9 * sum(l * l for l in r) for r in rows]   # a = 2e-6, b = 1e-9
+    >>> a, b = fit_cost(rows, seconds)
+    >>> round(a / 1e-6, 6), round(b / 1e-9, 6)
+    (2.0, 1.0)
+    """
+    from scipy.optimize import nnls
+
+    if isinstance(rows, (str, bytes)) or not hasattr(rows, "__len__"):
+        raise TypeError(f"rows must be a sequence of rows, each the lengths of its sequences; got {type(rows).__name__}")
+    secs = as_float_array(seconds, "seconds", allow_empty=False)
+    if len(rows) != secs.size:
+        raise ValueError(f"{len(rows)} rows but {secs.size} times: give one time per row")
+    if (secs < 0).any():
+        i = int(np.flatnonzero(secs < 0)[0])
+        raise ValueError(f"seconds[{i}] = {secs[i]} is negative: row {i}'s time must be >= 0")
+    features = np.empty((secs.size, 2), np.float64)
+    for i, row in enumerate(rows):
+        lens = as_lengths(row, None, f"rows[{i}]").astype(np.float64)
+        if lens.size == 0:
+            raise ValueError(f"rows[{i}] is empty: every timed row holds at least one sequence")
+        features[i] = lens.sum(), (lens * lens).sum()
+    ratio = features[:, 1] / features[:, 0]  # the row's mean length, weighted by tokens
+    if ratio.max() <= ratio.min() * (1 + 1e-9):
+        raise ValueError(f"the {secs.size} rows cannot determine both a and b: every row has the same "
+                         f"sum(l**2) / sum(l) = {ratio[0]:g}, so their features are proportional; time rows of "
+                         "different make-up (one long sequence, many short ones)")
+    scale = features.max(axis=0)
+    coef, _ = nnls(features / scale, secs)
+    a, b = (float(x) for x in coef / scale)
+    if a == 0 and b == 0:
+        raise ValueError("the fit gives a = b = 0 (are the times all zero?): measure the rows' times again")
+    return a, b

@@ -1,0 +1,39 @@
+"""PyTorch adapter: packed rows a model cannot see across, and checkpointable iteration.
+
+Needs the ``torch`` extra (``pip install packlib[torch]``); torch is imported only when an
+object here is used, so ``import packlib.torch`` works without it.
+
+- :class:`PackedCollator` turns a micro-batch (the samples one pack holds, or rows that
+  :func:`packlib.formats.arrow.pack_table` packed) into one padding-free row of torch tensors
+  **plus what the model needs to keep its sequences apart**: ``use_cache=False`` (Hugging Face
+  models tell packed sequences apart from ``position_ids`` only when no KV cache is built,
+  and a training forward builds one by default), flash-attention's ``cu_seq_lens_q/k``, and on
+  request a 4-D block-diagonal causal mask. ``loss = model(**batch).loss`` is then the
+  token-weighted loss of the row's sequences, each computed as if alone.
+- :func:`block_causal_mask` is that mask on its own.
+- :class:`CheckpointableDataset` wraps a checkpointable iterator as an ``IterableDataset``.
+
+>>> from packlib.torch import PackedCollator
+>>> batch = PackedCollator()([{"input_ids": [5, 6, 7]}, {"input_ids": [8, 9]}])
+>>> batch["position_ids"].tolist(), batch["labels"].tolist(), batch["use_cache"]
+([[0, 1, 2, 0, 1]], [[-100, 6, 7, -100, 9]], False)
+>>> batch["cu_seq_lens_q"].tolist(), batch["max_length_q"]
+([0, 3, 5], 3)
+>>> from packlib.torch import CheckpointableDataset            # doctest: +SKIP
+>>> ds = CheckpointableDataset(packlib.BucketedReadaheadBatchIterator(...))  # doctest: +SKIP
+>>> loader = torch.utils.data.DataLoader(ds, batch_size=None)  # doctest: +SKIP
+>>> checkpoint["data"] = ds.state_dict()                       # doctest: +SKIP
+"""
+from __future__ import annotations
+
+from ._checkpoint import ITERABLE_NAME, CheckpointableDataset, iterable_dataset_class
+from ._collator import PackedCollator
+from ._masks import block_causal_mask
+
+__all__ = ["PackedCollator", "block_causal_mask", "CheckpointableDataset"]
+
+
+def __getattr__(name):
+    if name == ITERABLE_NAME:  # unpickling in a fresh process
+        return iterable_dataset_class()
+    raise AttributeError(f"module 'packlib.torch' has no attribute {name!r}")

@@ -1,0 +1,125 @@
+"""The collator of packed micro-batches: :class:`PackedCollator` lays a micro-batch's
+sequences end to end in one padding-free row, with what the model needs to keep them apart."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from .._validate import as_bool, as_choice, as_int, as_int_array
+from ..formats.varlen import hf_flattening_batch
+from ._lazy import require_torch
+from ._masks import block_causal_mask
+
+_MASKS = ("4d",)  # besides None: no mask
+
+
+def _example(example, k: int):
+    """``(tokens, lengths, labels or None)`` of ``examples[k]``, checked."""
+    if isinstance(example, Mapping):
+        if "input_ids" not in example:
+            raise ValueError(
+                f"examples[{k}] has no 'input_ids' (its keys: {sorted(map(str, example))}): give each example "
+                "its token ids under 'input_ids', or the ids themselves"
+            )
+        where = f"examples[{k}]['input_ids']"
+        ids = as_int_array(example["input_ids"], where, minimum=0)
+        labels, seq_lengths = example.get("labels"), example.get("seq_lengths")
+    else:
+        where = f"examples[{k}]"
+        ids, labels, seq_lengths = as_int_array(example, where, minimum=0), None, None
+    if ids.size == 0:
+        raise ValueError(f"{where} is empty: every sequence needs at least one token")
+    if seq_lengths is None:
+        lens = np.array([ids.size], dtype=np.int64)
+    else:
+        lens = as_int_array(seq_lengths, f"examples[{k}]['seq_lengths']", allow_empty=False, minimum=1)
+        if int(lens.sum()) != ids.size:
+            raise ValueError(
+                f"examples[{k}]['seq_lengths'] sum to {int(lens.sum())} but its input_ids hold {ids.size} tokens: "
+                "seq_lengths must split the row's tokens exactly (as pack_table writes them)"
+            )
+    if labels is not None:
+        labels = as_int_array(labels, f"examples[{k}]['labels']")
+        if labels.size != ids.size:
+            raise ValueError(f"examples[{k}]['labels'] holds {labels.size} values for {ids.size} input_ids: one label per token")
+    return ids, lens, labels
+
+
+class PackedCollator:
+    """Collate a micro-batch into one packed row whose sequences the model keeps apart.
+
+    Every example is one sequence (``{"input_ids": ...}``, optionally ``"labels"``, or the
+    ids themselves) or one row that :func:`packlib.formats.arrow.pack_table` packed
+    (``"seq_lengths"`` splits its ``input_ids``). All of them are laid end to end in one row
+    of shape ``(1, T)``, with no padding. The batch holds torch tensors ``input_ids``,
+    ``labels`` (each sequence's first label ``separator_id``, so no sequence predicts the next
+    one's first token), ``position_ids`` (restarting at 0 for every sequence) and:
+
+    - ``use_cache=False``: Hugging Face models (transformers 5) build a block-diagonal mask
+      from ``position_ids`` for eager, sdpa and flex attention only when no KV cache is made,
+      and a training forward makes one unless told not to. Without it the row's sequences
+      attend to each other. Costs nothing.
+    - ``cu_seq_lens_q/k`` and ``max_length_q/k`` (``flash_attn_kwargs=True``): what
+      flash-attention's varlen kernels read; ignored by other attentions. Costs nothing.
+    - ``attention_mask`` (``attention_mask="4d"``): the block-diagonal causal mask of
+      :func:`block_causal_mask`, for eager and sdpa in models that do not detect packed rows
+      from ``position_ids``; ``T² × itemsize`` bytes per row. Not for flash-attention.
+
+    ``loss = model(**batch).loss`` is then the token-weighted mean of the sequences' own
+    losses. Use it as a ``DataLoader``'s ``collate_fn`` (it pickles, so worker processes work).
+
+    Parameters
+    ----------
+    flash_attn_kwargs : bool, default True
+        Add ``cu_seq_lens_q/k`` (int32) and ``max_length_q/k`` (int).
+    attention_mask : {None, "4d"}, default None
+        ``"4d"`` adds the ``(1, 1, T, T)`` block-diagonal causal mask.
+    mask_dtype : torch.dtype, optional
+        The mask's floating dtype (default float32); the model's dtype for sdpa.
+    use_cache : bool or None, default False
+        The ``use_cache`` put into the batch; ``None`` leaves the key out (for a model whose
+        ``forward`` takes no ``use_cache``; isolation is then the model's business).
+    separator_id : int, default -100
+        The label of each sequence's first token (ignored by the loss).
+    """
+
+    def __init__(self, *, flash_attn_kwargs: bool = True, attention_mask: str | None = None, mask_dtype=None,
+                 use_cache: bool | None = False, separator_id: int = -100):
+        self.flash_attn_kwargs = as_bool(flash_attn_kwargs, "flash_attn_kwargs")
+        self.attention_mask = None if attention_mask is None else as_choice(attention_mask, "attention_mask", _MASKS)
+        if mask_dtype is not None:
+            torch = require_torch()
+            if not (isinstance(mask_dtype, torch.dtype) and mask_dtype.is_floating_point):
+                raise TypeError(f"mask_dtype must be a floating torch.dtype such as torch.bfloat16, got {mask_dtype!r}")
+        self.mask_dtype = mask_dtype
+        self.use_cache = None if use_cache is None else as_bool(use_cache, "use_cache")
+        self.separator_id = as_int(separator_id, "separator_id", minimum=-(2**63), maximum=2**63 - 1)
+
+    def __repr__(self) -> str:
+        return (f"PackedCollator(flash_attn_kwargs={self.flash_attn_kwargs}, attention_mask={self.attention_mask!r}, "
+                f"mask_dtype={self.mask_dtype}, use_cache={self.use_cache}, separator_id={self.separator_id})")
+
+    def __call__(self, examples) -> dict:
+        torch = require_torch()
+        if isinstance(examples, (Mapping, str, bytes)) or not hasattr(examples, "__len__") or len(examples) == 0:
+            raise ValueError("examples must be a non-empty list of samples (dicts with 'input_ids', or token id lists)")
+        parts = [_example(e, k) for k, e in enumerate(examples)]
+        tokens = np.concatenate([p[0] for p in parts])
+        lens = np.concatenate([p[1] for p in parts])
+        batch = hf_flattening_batch(tokens, lens, return_flash_attn_kwargs=self.flash_attn_kwargs,
+                                    separator_id=self.separator_id)
+        if any(p[2] is not None for p in parts):
+            labels = np.concatenate([p[0] if p[2] is None else p[2] for p in parts])
+            labels[np.cumsum(lens) - lens] = self.separator_id
+            batch["labels"] = labels[None, :]
+        out = {k: torch.from_numpy(np.ascontiguousarray(v)) if isinstance(v, np.ndarray) else v
+               for k, v in batch.items()}
+        if self.attention_mask == "4d":
+            out["attention_mask"] = block_causal_mask(lens, dtype=self.mask_dtype)
+        if self.use_cache is not None:
+            out["use_cache"] = self.use_cache
+        return out
+
+
+PackedCollator.__module__ = "packlib.torch"  # pickles and reprs name the public path, which never moves
