@@ -136,6 +136,6 @@ def pytest_runtest_logreport(report):
 
 def pytest_sessionfinish(session):
     record = os.environ.get("PACKLIB_RECORD_SKIPPED")
-    if record:
+    if record and not hasattr(session.config, "workerinput"):  # pytest-xdist: its controller sees every report
         ids = dict.fromkeys(collect_ignore + [n for n in _skipped if n])  # in order, once each
         pathlib.Path(record).write_text("".join(f"{n}\n" for n in ids))
