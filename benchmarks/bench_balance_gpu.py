@@ -208,8 +208,7 @@ class Runner:
 
 def documents(n, L, seed=2027):
     """The long-document epoch of tests/balance_workloads.py (L = 32k), scaled to ``L``."""
-    docs = balance_workloads.long_documents(n, seed).astype(np.float64) * L / 32768
-    return np.clip(np.rint(docs), 1, L).astype(np.int64)
+    return balance_workloads.long_documents_at(n, L, seed)
 
 
 def packlib_plan(lengths, L, W, M, cost):
