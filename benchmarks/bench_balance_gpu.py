@@ -307,9 +307,10 @@ def main(argv=None):
 
     t0 = time.perf_counter()
     fit = calibrate_cost(runner.step, L, repeats=args.calibration_repeats)
+    ratio = fit.b / fit.a if fit.a > 0 else float("inf")
     print(f"calibrated on {len(fit.rows)} rows in {time.perf_counter() - t0:.1f} s: a = {fit.a:.4g} s/token, "
-          f"b = {fit.b:.4g} s/token², c = {fit.c:.4g} s/row; b/a = {fit.b / fit.a:.3g} "
-          f"(FLOP model {flop[1]:.3g}: {fit.b / fit.a / flop[1]:.2f}x); calibration rows' error "
+          f"b = {fit.b:.4g} s/token², c = {fit.c:.4g} s/row; b/a = {ratio:.3g} "
+          f"(FLOP model {flop[1]:.3g}: {ratio / flop[1]:.2f}x); calibration rows' error "
           f"{100 * fit.mean_error:.1f} % mean, {100 * fit.max_error:.1f} % largest")
 
     wanted = args.planners.split(",")
