@@ -7,6 +7,7 @@
     python benchmarks/bench_balance.py --only "long documents, 60k"   # one workload
     python benchmarks/bench_balance.py --order    # the order over seeds 0-9 (issue 29's table)
     python benchmarks/bench_balance.py --planners packlib,axolotl   # some planners only
+    python benchmarks/bench_balance.py --sensitivity   # plan with one b/a, measure under another; timing noise
     git archive 856cae8 packlib | tar -x -C /tmp/old && python benchmarks/bench_balance.py --order --against /tmp/old
 
 On lengths drawn here (seeded), with a sequence of ``l`` tokens costing ``l + l**2 / (6 h)``
@@ -324,6 +325,53 @@ def order_across_seeds(seeds: int = 10):
               f"tenths of two seeds correlated {corr.mean():+.2f} on average\n")
 
 
+def costs_of(s, lengths, cost):
+    """``(steps, ranks, micro_batches)`` costs of schedule ``s``'s rows under ``cost``."""
+    lens = lengths.astype(np.float64)[s.packs.indices]
+    pack = np.repeat(np.arange(s.packs.num_packs), np.diff(s.packs.offsets))
+    tokens = np.bincount(pack, weights=lens, minlength=s.packs.num_packs)
+    squares = np.bincount(pack, weights=lens * lens, minlength=s.packs.num_packs)
+    return (cost[0] * tokens + cost[1] * squares).reshape(s.num_steps, s.world_size, s.micro_batches)
+
+
+def balances(t):
+    """Balance (ranks meet once a step) and per micro-batch, of row costs ``t``."""
+    W = t.shape[1]
+    return t.sum() / (W * t.sum(axis=2).max(axis=1).sum()), t.sum() / (W * t.max(axis=1).sum())
+
+
+def sensitivity(factors=(0.25, 0.5, 1.0, 2.0, 4.0), sigmas=(0.0, 0.01, 0.02, 0.05), draws=20):
+    """From the cost model alone: packlib.balance planned with ``b/a`` = factor x the FLOP
+    model's, measured under another factor (and planned with the token cost), on three
+    workloads; then the balance a plan shows when every row's time carries a relative noise
+    of ``sigma`` (one timing per row, the mean over ``draws`` draws) against the best of two."""
+    import packlib
+
+    a, b = packlib.transformer_cost(H, causal=False)
+    cases = [("long documents, L = 16k, 8 x 2, 8,000 (bench_balance_gpu's)", balance_workloads.long_documents_at(8000, 16384), 16384, 8, 2)]
+    cases += [(f"{name}, L = {L // 1024}k, {W} x {M}", lengths, L, W, M) for name, lengths, L, W, M in workloads(False)
+              if name in ("long documents", "code and prose")]
+    head = " | ".join(f"measured x{f:g}" for f in factors)
+    for name, lengths, L, W, M in cases:
+        print(f"{name}: balance / per micro-batch; b/a of the FLOP model = {b / a:.3g}")
+        print(f"| planned with | {head} |\n|---|" + "---:|" * len(factors))
+        plans = [(f"b/a x{f:g}", (a, b * f)) for f in factors] + [("token cost (1, 0)", (1.0, 0.0))]
+        for label, cost in plans:
+            s = packlib.balance(lengths, L, world_size=W, micro_batches=M, cost=cost)
+            cells = [balances(costs_of(s, lengths, (a, b * f))) for f in factors]
+            print(f"| {label} | " + " | ".join(f"{x:.4f} / {y:.4f}" for x, y in cells) + " |")
+        s = packlib.balance(lengths, L, world_size=W, micro_batches=M, cost=(a, b))
+        t = costs_of(s, lengths, (a, b))
+        rng = np.random.default_rng(0)
+        print("timing noise (relative sigma per row; planned and measured with the FLOP model): one timing | best of two")
+        for sigma in sigmas:
+            one = [balances(t * (1 + sigma * np.abs(rng.standard_normal(t.shape))))[0] for _ in range(draws)]
+            two = [balances(t * (1 + sigma * np.minimum(np.abs(rng.standard_normal(t.shape)),
+                                                        np.abs(rng.standard_normal(t.shape)))))[0] for _ in range(draws)]
+            print(f"| {100 * sigma:g} % | {np.mean(one):.4f} | {np.mean(two):.4f} |")
+        print()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
@@ -333,7 +381,10 @@ def main():
     ap.add_argument("--planners", help="only the planners whose name contains this (e.g. 'packlib')")
     ap.add_argument("--order", action="store_true", help="packlib only: the order over seeds 0-9 (issue 29's table)")
     ap.add_argument("--against", help="with --order: import packlib from this checkout (e.g. an older commit's)")
+    ap.add_argument("--sensitivity", action="store_true", help="packlib only: balance when the cost planned with is off")
     args = ap.parse_args()
+    if args.sensitivity:
+        return sensitivity()
     if args.against:
         sys.path.insert(0, str(pathlib.Path(args.against).resolve()))
     if args.order:

@@ -47,3 +47,18 @@ def least_squares_cost(rows, seconds):
     syt = sum(v * t for v, t in zip(y, seconds))
     det = sxx * syy - sxy * sxy
     return (sxt * syy - syt * sxy) / det, (syt * sxx - sxt * sxy) / det
+
+
+def least_squares_cost_constant(rows, seconds):
+    """``(a, b, c)`` minimising sum((a * sum(l) + b * sum(l**2) + c - t)**2), unconstrained
+    (the normal equations of three unknowns, by Cramer's rule)."""
+    feats = [(sum(r), sum(l * l for l in r), 1) for r in rows]
+    m = [[sum(f[i] * f[j] for f in feats) for j in range(3)] for i in range(3)]
+    v = [sum(f[i] * t for f, t in zip(feats, seconds)) for i in range(3)]
+
+    def det(a):
+        return (a[0][0] * (a[1][1] * a[2][2] - a[1][2] * a[2][1]) - a[0][1] * (a[1][0] * a[2][2] - a[1][2] * a[2][0])
+                + a[0][2] * (a[1][0] * a[2][1] - a[1][1] * a[2][0]))
+
+    d = det(m)
+    return tuple(det([[v[i] if j == k else m[i][j] for j in range(3)] for i in range(3)]) / d for k in range(3))

@@ -362,6 +362,50 @@ def test_fit_cost_feeds_balance():
     assert s.cost_coefficients == cost
 
 
+@pytest.mark.parametrize("a, b, c", [(3e-7, 2e-11, 4e-3), (3e-7, 2e-11, 0.0), (1e-6, 0.0, 1e-3)])
+def test_fit_cost_with_a_per_row_constant_recovers_it(a, b, c):
+    rng = np.random.default_rng(1)
+    rows = _timed_rows(rng, 60)
+    rows += [r[: max(1, r.size // 3)] for r in rows[:20]]  # rows well short of full: c shows
+    exact = np.array([a * r.sum() + b * (r.astype(float) ** 2).sum() + c for r in rows])
+    got = packlib.fit_cost(rows, exact, constant=True)
+    assert len(got) == 3 and min(got) >= 0
+    assert got == pytest.approx((a, b, c), rel=1e-6, abs=1e-15)
+    seconds = exact * (1 + 0.02 * rng.standard_normal(exact.size))  # 2 % timing noise
+    got = packlib.fit_cost(rows, seconds, constant=True)
+    scale = exact.mean()
+    assert abs(got[0] - a) * 16384 <= 0.05 * scale and abs(got[1] - b) * 16384**2 <= 0.05 * scale
+    assert abs(got[2] - c) <= 0.05 * scale
+    if min(a, b, c) > 0:
+        want = naive.least_squares_cost_constant([r.tolist() for r in rows], seconds.tolist())
+        assert got == pytest.approx(want, rel=1e-6)
+
+
+def test_fit_cost_without_constant_is_unchanged_and_a_constant_fits_better():
+    rows = [[8192], [1024] * 8, [4096, 2048, 2048], [512] * 16, [4096], [1024] * 2, [256] * 4]
+    seconds = [2e-6 * sum(r) + 3e-10 * sum(x * x for x in r) + 5e-3 for r in rows]
+    two = packlib.fit_cost(rows, seconds)
+    assert two == packlib.fit_cost(rows, seconds, constant=False) and len(two) == 2
+    three = packlib.fit_cost(rows, seconds, constant=True)
+    assert three == pytest.approx((2e-6, 3e-10, 5e-3), rel=1e-9)
+    feats = np.array([[sum(r), sum(x * x for x in r), 1] for r in rows], float)
+    residual = [np.abs(feats[:, :len(c)] @ np.array(c) - seconds).max() for c in (two, three)]
+    assert residual[1] < 1e-12 < residual[0]
+
+
+@pytest.mark.parametrize("rows, seconds, match", [
+    ([[4096], [2048] * 2, [1024] * 4], [1.0, 0.8, 0.7], "every row holds 4096 tokens"),
+    ([[4096], [1024] * 2], [1.0, 0.8], "linearly dependent"),  # two rows, three unknowns
+    ([[512], [512] * 2, [512] * 3], [1.0, 2.0, 3.0], "cannot determine both a and b"),
+    ([[512], [1024, 8], [64] * 4], [2.0, 2.0, 2.0], "a = b = 0 and a fixed c = 2 s per row"),
+])
+def test_fit_cost_with_constant_refuses_what_cannot_separate_it(rows, seconds, match):
+    with pytest.raises(ValueError, match=match):
+        packlib.fit_cost(rows, seconds, constant=True)
+    with pytest.raises(TypeError, match="constant must be"):
+        packlib.fit_cost([[1], [2, 2]], [1.0, 2.0], constant="yes")
+
+
 @pytest.mark.parametrize("rows, seconds, error, match", [
     ([[5], []], [1.0, 2.0], ValueError, r"rows\[1\] is empty"),
     ([[5], [6, 7]], [1.0, -2.0], ValueError, r"seconds\[1\] = -2.0 is negative: row 1"),

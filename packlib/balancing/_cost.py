@@ -49,12 +49,13 @@ def transformer_cost(hidden_size: int, *, causal: bool = True, ffn_multiplier: f
     return 1.0, (b / 2.0 if causal else b)
 
 
-def fit_cost(rows, seconds) -> tuple[float, float]:
+def fit_cost(rows, seconds, *, constant: bool = False) -> tuple[float, ...]:
     """Cost coefficients ``(a, b)`` fitted to measured times of packed rows: a row holding
     sequences of lengths ``l_1 .. l_k`` takes ``a * sum(l) + b * sum(l**2)`` seconds, the
     model :func:`balance` and :class:`~packlib.BalancedBatchSampler` take. Non-negative
     least squares (``scipy.optimize.nnls``) over the rows; time rows of varied make-up
     (one long sequence, many short ones, mixtures) so that both terms show.
+    :func:`packlib.torch.calibrate_cost` times the rows on your model and fits them here.
 
     Parameters
     ----------
@@ -62,18 +63,25 @@ def fit_cost(rows, seconds) -> tuple[float, float]:
         The timed rows: for each, the lengths of the sequences it holds.
     seconds : array_like of float
         The measured time of each row (one forward and backward, say), ``>= 0``.
+    constant : bool, default False
+        Also fit a fixed cost ``c`` per row (``a * sum(l) + b * sum(l**2) + c``): kernel
+        launches and other work that does not grow with the row. It needs rows of different
+        token counts (some well short of full). Plan with ``(a, b)``: when every rank runs
+        the same number of rows, ``c`` adds the same to every rank.
 
     Returns
     -------
     tuple of float
-        ``(a, b)``, seconds per token and per squared token, both ``>= 0``.
+        ``(a, b)``, seconds per token and per squared token, both ``>= 0``; ``(a, b, c)``
+        with ``constant=True`` (``c`` in seconds per row, ``>= 0``).
 
     Raises
     ------
     ValueError
         An empty row, a negative or non-finite time (naming the row), counts that differ,
-        or rows that cannot tell the two terms apart (every row's ``sum(l**2) / sum(l)``
-        the same, e.g. rows of single sequences of one length).
+        rows that cannot tell the terms apart (every row's ``sum(l**2) / sum(l)`` the same,
+        e.g. rows of single sequences of one length; with ``constant=True`` also every row
+        of the same number of tokens), or times that grow with no term (``a = b = 0``).
 
     Examples
     --------
@@ -82,9 +90,15 @@ def fit_cost(rows, seconds) -> tuple[float, float]:
     >>> a, b = fit_cost(rows, seconds)
     >>> round(a / 1e-6, 6), round(b / 1e-9, 6)
     (2.0, 1.0)
+    >>> rows += [[1024], [256] * 4]                                               # rows short of full
+    >>> seconds = [2e-6 * sum(r) + 1e-9 * sum(l * l for l in r) + 5e-4 for r in rows]  # c = 5e-4
+    >>> a, b, c = fit_cost(rows, seconds, constant=True)
+    >>> round(a / 1e-6, 6), round(b / 1e-9, 6), round(c / 1e-4, 6)
+    (2.0, 1.0, 5.0)
     """
     from scipy.optimize import nnls
 
+    constant = as_bool(constant, "constant")
     if isinstance(rows, (str, bytes)) or not hasattr(rows, "__len__"):
         raise TypeError(f"rows must be a sequence of rows, each the lengths of its sequences; got {type(rows).__name__}")
     secs = as_float_array(seconds, "seconds", allow_empty=False)
@@ -93,20 +107,41 @@ def fit_cost(rows, seconds) -> tuple[float, float]:
     if (secs < 0).any():
         i = int(np.flatnonzero(secs < 0)[0])
         raise ValueError(f"seconds[{i}] = {secs[i]} is negative: row {i}'s time must be >= 0")
-    features = np.empty((secs.size, 2), np.float64)
+    features = np.ones((secs.size, 3 if constant else 2), np.float64)
     for i, row in enumerate(rows):
         lens = as_lengths(row, None, f"rows[{i}]").astype(np.float64)
         if lens.size == 0:
             raise ValueError(f"rows[{i}] is empty: every timed row holds at least one sequence")
-        features[i] = lens.sum(), (lens * lens).sum()
-    ratio = features[:, 1] / features[:, 0]  # the row's mean length, weighted by tokens
-    if ratio.max() <= ratio.min() * (1 + 1e-9):
-        raise ValueError(f"the {secs.size} rows cannot determine both a and b: every row has the same "
-                         f"sum(l**2) / sum(l) = {ratio[0]:g}, so their features are proportional; time rows of "
-                         "different make-up (one long sequence, many short ones)")
+        features[i, :2] = lens.sum(), (lens * lens).sum()
+    _check_separable(features)
     scale = features.max(axis=0)
     coef, _ = nnls(features / scale, secs)
-    a, b = (float(x) for x in coef / scale)
-    if a == 0 and b == 0:
-        raise ValueError("the fit gives a = b = 0 (are the times all zero?): measure the rows' times again")
-    return a, b
+    coef = tuple(float(x) for x in coef / scale)
+    if coef[0] == 0 and coef[1] == 0:
+        found = f" and a fixed c = {coef[2]:.3g} s per row" if constant and coef[2] > 0 else ""
+        raise ValueError(f"the fit gives a = b = 0{found}: the times do not grow with the rows' tokens (are they all "
+                         "zero, or all alike?); time the work itself (a forward and backward of each row), then fit again")
+    return coef
+
+
+def _check_separable(features: np.ndarray) -> None:
+    """Refuse timed rows whose features (``sum(l)``, ``sum(l**2)``, and 1 when a per-row
+    constant is fitted) cannot determine every coefficient."""
+    n = features.shape[0]
+    ratio = features[:, 1] / features[:, 0]  # the row's mean length, weighted by tokens
+    if ratio.max() <= ratio.min() * (1 + 1e-9):
+        raise ValueError(f"the {n} rows cannot determine both a and b: every row has the same "
+                         f"sum(l**2) / sum(l) = {ratio[0]:g}, so their features are proportional; time rows of "
+                         "different make-up (one long sequence, many short ones)")
+    if features.shape[1] == 2:
+        return
+    tokens = features[:, 0]
+    if tokens.max() <= tokens.min() * (1 + 1e-9):
+        raise ValueError(f"the {n} rows cannot determine a fixed cost per row: every row holds {tokens[0]:g} tokens, so "
+                         "c cannot be told from a * sum(l); time some rows well short of full too (or fit without "
+                         "constant=True)")
+    s = np.linalg.svd(features / features.max(axis=0), compute_uv=False)
+    if n < 3 or s[-1] <= s[0] * 1e-9:
+        raise ValueError(f"the {n} rows cannot determine a, b and a fixed cost per row: their (sum(l), sum(l**2), 1) "
+                         "are linearly dependent; time more rows of varied make-up and fill (one long sequence, many "
+                         "short ones, some rows well short of full)")

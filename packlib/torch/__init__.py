@@ -26,11 +26,12 @@ object here is used, so ``import packlib.torch`` works without it.
 """
 from __future__ import annotations
 
+from ._calibrate import CostFit, calibrate_cost, calibration_rows
 from ._checkpoint import ITERABLE_NAME, CheckpointableDataset, iterable_dataset_class
 from ._collator import PackedCollator
 from ._masks import block_causal_mask
 
-__all__ = ["PackedCollator", "block_causal_mask", "CheckpointableDataset"]
+__all__ = ["PackedCollator", "block_causal_mask", "CheckpointableDataset", "calibrate_cost", "calibration_rows", "CostFit"]
 
 
 def __getattr__(name):
