@@ -9,9 +9,10 @@ from packlib import _jit
 _CALL = """
 import sys
 sys.modules['ipykernel'] = type(sys)('ipykernel')  # as in a notebook
-import numpy as np, packlib
-packlib.spfhp_pack(np.array([1, 2, 3]))
-packlib.spfhp_pack(np.array([1, 2, 3, 4]))
+import numpy as np
+from packlib._kernels.growable import grow1  # a small kernel: a compile of a second or so
+grow1(np.zeros(2, np.int64), 5, 1)
+grow1(np.zeros(2, np.float64), 5, 1)  # a second signature: compiled, not announced again
 """
 
 
