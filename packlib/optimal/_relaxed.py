@@ -39,8 +39,8 @@ GRID_WORK = 6.5e8  # ... a grid is skipped when its LPs' work (grid_work) is abo
 
 
 def time_goal(L: int) -> float:
-    """Issue 30's time goals on a 2-core machine, in seconds: 8k 10, 16k-32k 20, 128k 60
-    (64k: 40)."""
+    """The seconds the grid LPs are sized for at capacity ``L`` (on a 2-core machine; the
+    battery of docs/optimal.md measures the packer against these goals)."""
     return 10.0 if L <= 8192 else 20.0 if L <= 32768 else 40.0 if L <= 65536 else 60.0
 
 
@@ -120,10 +120,10 @@ def _coarse_histogram(h: np.ndarray, units: np.ndarray, K: int) -> np.ndarray:
 
 def _coarse_solver(hk: np.ndarray, K: int, depth: int, deadline, seeds=None):
     """The LP of the coarse histogram, seeded by the greedy packers, the exact fill and
-    ``seeds`` (patterns of units; not NNLSHP: seconds at ``K = 1024``)."""
+    ``seeds`` (patterns of units; not NNLSHP, too slow on grids this fine)."""
     solver = _Solver(hk, K, depth, deadline, nnls=False)
-    # seeded as in issue 22: fill 5's packs seed these LPs worse (at L = 8,192, depth 3,
-    # 41 pricing rounds instead of 36, 35 % slower)
+    # seeded without the last fill mode: its packs seed these LPs worse (more pricing
+    # rounds; docs/optimal.md)
     solver.fill_modes = DEPTH_MODES[:4]
     # without the exchanges' repair: it only seeds these LPs, and cost more than the LP at
     # L = 32,768, depth 16 (docs/optimal.md)
@@ -204,7 +204,7 @@ def interpolated_certificate(h: np.ndarray, L: int, depth: int, cert: Certificat
     is priced ``(1 - t) * p[u] + t * p[u + 1]`` instead of ``p[u]``. Every length is priced
     at least as before, and the best pack over tokens is worth the same on the grid's LP
     duals (a pack that gains on the line pays for it in tokens, at the rate the prices rise
-    between units), so the bound rises by what the grid rounded away: on issue 30's rows,
+    between units), so the bound rises by what the grid rounded away: on the battery's rows,
     half to all of the way to the plan side's LP (docs/optimal.md). The claim is over tokens
     (no grid), its denominator the exact DP (``_certify``), which only runs when it is cheap:
     only the lengths priced above every shorter one enter it. None when not affordable."""

@@ -69,9 +69,9 @@ def _fill_plan(h: np.ndarray, L: int, depth: int | None, modes=None, repair: boo
 
 def _repair_slots(L: int) -> float:
     """The share of the unlimited fill's slots (``depth x`` its packs) the sequences may
-    take for the exchanges to run. At long context, above 88 % they never made the plan on
-    issue 30's battery and rows (at 0.89-0.97 the grid LPs did; the exchanges won up to
-    0.83), and they cost seconds the grid LPs need (docs/optimal.md)."""
+    take for the exchanges to run. At long context, above ``REPAIR_SLOTS`` they never made
+    the plan on the battery of docs/optimal.md (the grid LPs did), and they cost time the
+    grid LPs need."""
     return _tuning.REPAIR_SLOTS if L > _tuning.LONG_CONTEXT else 1.0
 
 
