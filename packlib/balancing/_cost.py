@@ -33,6 +33,10 @@ def transformer_cost(hidden_size: int, *, causal: bool = True, ffn_multiplier: f
     -------
     tuple of float
 
+    See Also
+    --------
+    fit_cost : the coefficients fitted to measured times instead.
+
     Examples
     --------
     >>> transformer_cost(4096)
@@ -74,6 +78,10 @@ def fit_cost(rows, seconds) -> tuple[float, float]:
         An empty row, a negative or non-finite time (naming the row), counts that differ,
         or rows that cannot tell the two terms apart (every row's ``sum(l**2) / sum(l)``
         the same, e.g. rows of single sequences of one length).
+
+    See Also
+    --------
+    transformer_cost : the coefficients from a model's shape, without timing.
 
     Examples
     --------

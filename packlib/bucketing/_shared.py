@@ -14,7 +14,6 @@ from .._validate import (
 )
 
 _REMAINDERS = ("repeat", "drop")
-_GOLDEN = 0x9E3779B97F4A7C15
 # Below this many batches per window, Python's own Random.shuffle is cheaper than moving the
 # Mersenne Twister state into the kernel and back.
 _KERNEL_SHUFFLE_MIN = 768
