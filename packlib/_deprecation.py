@@ -19,10 +19,12 @@ import functools
 import inspect
 import warnings
 
-__all__ = ["REMOVED_IN", "deprecate_positional_args", "deprecated_call", "warn_deprecated"]
+__all__ = ["REMOVED_IN", "DEPRECATED_IN_0_2", "deprecate_positional_args", "deprecated_call", "warn_deprecated"]
 
-#: The release that removes every spelling deprecated in this one (they work through 0.3).
-REMOVED_IN = "0.4.0"
+# A spelling works for one release after the one that deprecates it (docs/design.md,
+# "Deprecations"):
+REMOVED_IN = "0.4.0"  # the spellings deprecated in 0.3 (the default)
+DEPRECATED_IN_0_2 = "0.3.0"  # ... and those deprecated in 0.2
 
 
 def warn_deprecated(old: str, instead: str, *, removed_in: str = REMOVED_IN, stacklevel: int = 2) -> None:

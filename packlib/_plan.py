@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._deprecation import warn_deprecated
+from ._deprecation import DEPRECATED_IN_0_2, warn_deprecated
 from ._histogram import _histogram
 from ._names import registry_name
 from ._packs import Packs, _Figures, _html_table
@@ -217,7 +217,8 @@ class PackingPlan(_Figures):
         """Deprecated: the most sequences any pack holds; use :attr:`max_pack_size`.
         ("Depth" elsewhere in packlib means the limit, ``max_sequences_per_pack``.)"""
         warn_deprecated("PackingPlan.depth (the widest strategy, not the depth limit)",
-                        "use plan.max_pack_size (or plan.max_sequences_per_pack for the limit)")
+                        "use plan.max_pack_size (or plan.max_sequences_per_pack for the limit)",
+                        removed_in=DEPRECATED_IN_0_2)
         return self.max_pack_size
 
     def histogram(self) -> np.ndarray:

@@ -13,7 +13,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from . import methods as _registry
-from ._deprecation import deprecated_call
+from ._deprecation import DEPRECATED_IN_0_2, deprecated_call
 from ._validate import as_bool, as_depth
 
 __all__ = ["compare", "ComparisonTable", "ComparisonRow"]
@@ -135,7 +135,7 @@ def _methods_second(args, kwargs):
             "now max_sequence_length),", f"write compare(histogram, methods={second!r})")
 
 
-@deprecated_call(_methods_second)
+@deprecated_call(_methods_second, removed_in=DEPRECATED_IN_0_2)
 def compare(
     histogram,
     max_sequence_length: int | None = None,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._deprecation import deprecated_call
+from ._deprecation import DEPRECATED_IN_0_2, deprecated_call
 from ._histogram import MAX_HISTOGRAM_LENGTH, histogram
 from ._packs import Packs
 from ._plan import PackingPlan
@@ -66,7 +66,7 @@ def histogram_signature(packer):
                     f"write {packer.__name__}(histogram, max_sequences_per_pack={second!r})")
         return None
 
-    return deprecated_call(rewrite)(packer)
+    return deprecated_call(rewrite, removed_in=DEPRECATED_IN_0_2)(packer)
 
 
 def _histogram_args(hist, max_sequence_length, max_sequences_per_pack):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import packlib
-from packlib._deprecation import REMOVED_IN, deprecate_positional_args, deprecated_call
+from packlib._deprecation import DEPRECATED_IN_0_2, REMOVED_IN, deprecate_positional_args, deprecated_call
 from packlib.formats import varlen as vl
 from packlib.formats.mlperf_bert import synthetic_sequences
 from packlib.pipeline import pack_files
@@ -18,9 +18,9 @@ from packlib.pipeline.mlperf import pack_mlperf_bert
 H = np.array([0, 3, 1, 2, 4, 0, 1, 5], dtype=np.int64)  # a histogram of L = 8
 
 
-def _old(match):
+def _old(match, version=REMOVED_IN):
     """``pytest.warns`` for a deprecation whose message names ``match`` and the removal version."""
-    return pytest.warns(DeprecationWarning, match=rf"(?s)(?=.*{match})(?=.*stops working in packlib {REMOVED_IN})")
+    return pytest.warns(DeprecationWarning, match=rf"(?s)(?=.*{match})(?=.*stops working in packlib {version})")
 
 
 def _quiet(fn, *args, **kwargs):
@@ -54,11 +54,11 @@ def test_positional_options_refuse_what_python_would():
 
 
 def test_the_depth_second_of_a_histogram_packer_and_the_methods_second_of_compare():
-    with _old(r"lpfhp_pack\(histogram, 3\)"):
+    with _old(r"lpfhp_pack\(histogram, 3\)", DEPRECATED_IN_0_2):
         old = packlib.lpfhp_pack(H, 3)
     new = _quiet(packlib.lpfhp_pack, H, max_sequences_per_pack=3)
     assert old.strategy_items.tolist() == new.strategy_items.tolist() and old.counts.tolist() == new.counts.tolist()
-    with _old(r"compare\(histogram, \['spfhp'\]"):
+    with _old(r"compare\(histogram, \['spfhp'\]", DEPRECATED_IN_0_2):
         table = packlib.compare(H, ["spfhp"], 2)
     assert [(r.method, r.depth, r.packs) for r in table] == \
         [(r.method, r.depth, r.packs) for r in _quiet(packlib.compare, H, max_sequences_per_pack=2, methods=["spfhp"])]
@@ -66,7 +66,7 @@ def test_the_depth_second_of_a_histogram_packer_and_the_methods_second_of_compar
 
 def test_plan_depth_and_varlen_row_length():
     plan = packlib.nnls_pack(H)
-    with _old(r"PackingPlan.depth"):
+    with _old(r"PackingPlan.depth", DEPRECATED_IN_0_2):
         assert plan.depth == plan.max_pack_size
     for fn in (vl.mlperf_input_mask, vl.attention_span, vl.torchtune_seq_lens, vl.torchtune_input_pos):
         with _old(rf"{fn.__name__}\(row_length=...\)"):
