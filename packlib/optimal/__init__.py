@@ -87,7 +87,8 @@ def lower_bound(histogram, max_sequence_length: int | None = None, max_sequences
     max_sequence_length : int, optional
         Pack capacity; defaults to ``len(histogram)``.
     max_sequences_per_pack : int or None, default 3
-        Depth limit; ``None`` for unlimited.
+        Depth limit; ``None`` for unlimited. (Histogram packers default to the paper's 3,
+        docs/design.md "Defaults": their results compare with the paper's tables there.)
 
     Returns
     -------

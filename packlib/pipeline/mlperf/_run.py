@@ -39,6 +39,7 @@ def pack_mlperf_bert(inputs, max_sequences_per_pack: int = 3, *, output_dir, met
         Unpacked TFRecord files, in the order their sequences are numbered (empty files are skipped).
     max_sequences_per_pack : int, default 3
         The capacity is the records' own ``max_sequence_length``, so the depth comes second.
+        3 is MLPerf's depth (its reference packer's, and the paper's; docs/design.md, "Defaults").
     output_dir : path
         Keyword-only. Gets ``<prefix>-NNNNN-of-NNNNN.tfrecord[.gz]`` and
         ``packing_metadata.json`` (the MLPerf keys); created if missing. Files appear only
