@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import pathlib
+import re
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -47,6 +48,24 @@ def signature(obj, name):
     return f"{name}{sig}"
 
 
+_SENTENCE_END = re.compile(r"(?<!\be\.g)(?<!\bi\.e)(?<!\betc)[.!?](?=\s|$)")
+
+
+def summary(obj) -> str:
+    """The first sentence of ``obj``'s docstring (its first paragraph read as one line, cut
+    at the first full stop outside double backticks), never cut mid-sentence."""
+    paragraph = " ".join((inspect.getdoc(obj) or "").split("\n\n")[0].split())
+    code = False
+    for k, part in enumerate(paragraph.split("``")):
+        code = k % 2 == 1
+        if code:
+            continue
+        end = _SENTENCE_END.search(part)
+        if end:
+            return "``".join(paragraph.split("``")[:k] + [part[:end.end()]])
+    return paragraph
+
+
 def render_object(name, obj, level="###"):
     kind = "class" if inspect.isclass(obj) else "function"
     out = [f"{level} `packlib.{name}`", "", "```python", f"{kind} {signature(obj, name.split('.')[-1])}", "```", ""]
@@ -58,11 +77,11 @@ def render_object(name, obj, level="###"):
             if attr.startswith("_"):
                 continue
             if isinstance(value, property):
-                first = (inspect.getdoc(value) or "").split("\n")[0]
+                first = summary(value)
                 members.append(f"- `{attr}` (property){': ' + first if first else ''}")
             elif inspect.isfunction(value) or isinstance(value, (classmethod, staticmethod)):
                 fn = value.__func__ if isinstance(value, (classmethod, staticmethod)) else value
-                first = (inspect.getdoc(fn) or "").split("\n")[0]
+                first = summary(fn)
                 members.append(f"- `{signature(fn, attr)}`{': ' + first if first else ''}")
         if members:
             out += ["Members:", ""] + members + [""]

@@ -1,10 +1,9 @@
 """The result of every histogram packer: :class:`PackingPlan`, strategies and their counts."""
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 
+from ._deprecation import DEPRECATED_IN_0_2, warn_deprecated
 from ._histogram import _histogram
 from ._names import registry_name
 from ._packs import Packs, _Figures, _html_table
@@ -217,9 +216,9 @@ class PackingPlan(_Figures):
     def depth(self) -> int:
         """Deprecated: the most sequences any pack holds; use :attr:`max_pack_size`.
         ("Depth" elsewhere in packlib means the limit, ``max_sequences_per_pack``.)"""
-        warnings.warn("PackingPlan.depth is deprecated: it is the widest strategy, not the depth limit; "
-                      "use plan.max_pack_size (or plan.max_sequences_per_pack for the limit)",
-                      DeprecationWarning, stacklevel=2)
+        warn_deprecated("PackingPlan.depth (the widest strategy, not the depth limit)",
+                        "use plan.max_pack_size (or plan.max_sequences_per_pack for the limit)",
+                        removed_in=DEPRECATED_IN_0_2)
         return self.max_pack_size
 
     def histogram(self) -> np.ndarray:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import functools
 import numbers
 import operator
-import warnings
 
 import numpy as np
 
@@ -54,7 +53,6 @@ __all__ = [
     "as_matrix",
     "allocate",
     "memory_errors_as_value_errors",
-    "deprecated_positional",
 ]
 
 
@@ -406,26 +404,3 @@ def memory_errors_as_value_errors(fn):
             ) from None
 
     return wrapper
-
-
-# --------------------------------------------------------------------------- deprecations
-
-
-def deprecated_positional(func: str, args: tuple, names: tuple, given: dict, unset) -> dict:
-    """Map positional arguments of an older signature to keywords, with a
-    ``DeprecationWarning`` (the house convention makes them keyword-only). ``given`` holds
-    the keyword values, ``unset`` the sentinel meaning "not given"."""
-    if len(args) > len(names):
-        raise TypeError(f"{func}() takes at most {len(names)} deprecated positional arguments after the first two, got {len(args)}")
-    out = {}
-    for name, value in zip(names, args):
-        if given.get(name, unset) is not unset:
-            raise TypeError(f"{func}() got multiple values for argument {name!r}")
-        out[name] = value
-    warnings.warn(
-        f"passing {', '.join(names[: len(args)])} to {func}() by position is deprecated and will stop "
-        f"working in the next release; pass {', '.join(f'{n}=...' for n in names[: len(args)])} by keyword",
-        DeprecationWarning,
-        stacklevel=3,
-    )
-    return out

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import html
 import time
-import warnings
 from dataclasses import asdict, dataclass
 from typing import Iterable, Sequence
 
 import numpy as np
 
 from . import methods as _registry
+from ._deprecation import DEPRECATED_IN_0_2, deprecated_call
 from ._validate import as_bool, as_depth
 
 __all__ = ["compare", "ComparisonTable", "ComparisonRow"]
@@ -122,6 +122,20 @@ def _format_seconds(s: float) -> str:
     return f"{s:.2f} s"
 
 
+def _methods_second(args, kwargs):
+    """``compare(h, methods, depths)``, the 0.1 spelling: the methods were second."""
+    second = args[1] if len(args) > 1 else None
+    if not (isinstance(second, str) or (
+            isinstance(second, (list, tuple)) and all(isinstance(m, str) for m in second))):
+        return None
+    if kwargs.get("methods") is not None:
+        raise TypeError("compare() got methods twice: by position (the 0.1 spelling) and by keyword")
+    return ((args[0], None, *args[2:]), {**kwargs, "methods": second},
+            f"compare(histogram, {second!r}, ...), the methods second (the 0.1 spelling; the second argument is "
+            "now max_sequence_length),", f"write compare(histogram, methods={second!r})")
+
+
+@deprecated_call(_methods_second, removed_in=DEPRECATED_IN_0_2)
 def compare(
     histogram,
     max_sequence_length: int | None = None,
@@ -154,6 +168,11 @@ def compare(
         its limit, the gap to the LP lower bound (when :func:`packlib.lower_bound` is
         available) and wall time.
 
+    See Also
+    --------
+    packlib.plot.compare : the table as a bar chart.
+    packlib.pack : one method by name.
+
     Examples
     --------
     >>> import packlib
@@ -163,18 +182,6 @@ def compare(
     """
     from .packing import _histogram_args
 
-    if isinstance(max_sequence_length, str) or (
-        isinstance(max_sequence_length, (list, tuple)) and all(isinstance(m, str) for m in max_sequence_length)
-    ):  # compare(h, methods, depths), the 0.1 spelling: methods were second
-        if methods is not None:
-            raise TypeError("compare() got methods twice: by position (the 0.1 spelling) and by keyword")
-        warnings.warn(
-            f"compare(histogram, {max_sequence_length!r}, ...) passes the methods second, the 0.1 spelling; "
-            f"the second argument is now max_sequence_length: write compare(histogram, methods={max_sequence_length!r})",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        methods, max_sequence_length = max_sequence_length, None
     # checked once here; the packers then run on the checked histogram (docs/design.md, "Validation")
     h, L, _ = _histogram_args(histogram, max_sequence_length, None)
     packers = _as_methods(methods)
@@ -242,3 +249,6 @@ def _lower_bound_or_none(h, L, depth):
     except ImportError:
         return None
     return int(_lower_bound(h, L, depth).bound)
+
+
+ComparisonTable.__module__ = "packlib"  # pickles and reprs name the public path, which never moves

@@ -35,9 +35,9 @@ class Method:
         The registry name (what ``plan.method`` holds).
     kind : str
         ``"histogram"``: packs a length histogram into a :class:`~packlib.PackingPlan`
-        (``packer(histogram, max_sequences_per_pack)``); ``"sequence"``: packs a list of
-        lengths into :class:`~packlib.Packs` (``packer(lengths, max_sequence_length,
-        max_sequences_per_pack)``).
+        (``packer(histogram, max_sequence_length=None, max_sequences_per_pack=3)``);
+        ``"sequence"``: packs a list of lengths into :class:`~packlib.Packs`
+        (``packer(lengths, max_sequence_length, max_sequences_per_pack=None)``).
     summary : str
         One line for tables and ``--help``.
     """
@@ -134,6 +134,10 @@ def pack(lengths, max_sequence_length, max_sequences_per_pack=None, *, method: s
     Returns
     -------
     Packs
+
+    See Also
+    --------
+    packlib.compare : every method side by side on a histogram.
 
     Examples
     --------

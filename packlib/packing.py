@@ -12,10 +12,9 @@ length ``i + 1``.
 """
 from __future__ import annotations
 
-import functools
-import warnings
-
 import numpy as np
+
+from ._deprecation import DEPRECATED_IN_0_2, deprecated_call
 from ._histogram import MAX_HISTOGRAM_LENGTH, histogram
 from ._packs import Packs
 from ._plan import PackingPlan
@@ -52,26 +51,22 @@ def histogram_signature(packer):
     positional argument that is ``None`` or shorter than the histogram cannot be a capacity,
     so it is read as that old depth, with a ``DeprecationWarning``."""
 
-    @functools.wraps(packer)
-    def wrapper(histogram, *args, **kwargs):
-        if len(args) == 1 and "max_sequences_per_pack" not in kwargs:
-            second = args[0]
-            size = np.shape(histogram)[0] if np.ndim(histogram) == 1 else None
-            # with max_sequence_length also given by keyword, the positional one can only be the depth
-            if "max_sequence_length" in kwargs or second is None or (
-                isinstance(second, (int, np.integer)) and not isinstance(second, bool) and size is not None and second < size
-            ):
-                warnings.warn(
-                    f"{packer.__name__}(histogram, {second!r}) passes the depth limit second, the 0.1 spelling; "
-                    f"the second argument is now max_sequence_length: write "
-                    f"{packer.__name__}(histogram, max_sequences_per_pack={second!r})",
-                    DeprecationWarning,
-                    stacklevel=2,
-                )
-                return packer(histogram, max_sequences_per_pack=second, **kwargs)
-        return packer(histogram, *args, **kwargs)
+    def rewrite(args, kwargs):
+        if len(args) != 2 or "max_sequences_per_pack" in kwargs:
+            return None
+        histogram, second = args
+        size = np.shape(histogram)[0] if np.ndim(histogram) == 1 else None
+        # with max_sequence_length also given by keyword, the positional one can only be the depth
+        if "max_sequence_length" in kwargs or second is None or (
+            isinstance(second, (int, np.integer)) and not isinstance(second, bool) and size is not None and second < size
+        ):
+            return ((histogram,), {**kwargs, "max_sequences_per_pack": second},
+                    f"{packer.__name__}(histogram, {second!r}), the depth limit second (the 0.1 spelling; the second "
+                    "argument is now max_sequence_length),",
+                    f"write {packer.__name__}(histogram, max_sequences_per_pack={second!r})")
+        return None
 
-    return wrapper
+    return deprecated_call(rewrite, removed_in=DEPRECATED_IN_0_2)(packer)
 
 
 def _histogram_args(hist, max_sequence_length, max_sequences_per_pack):
@@ -122,6 +117,19 @@ def spfhp_pack(histogram, max_sequence_length: int | None = None, max_sequences_
     -------
     PackingPlan
 
+    See Also
+    --------
+    lpfhp_pack : best fit instead of worst fit; fewer packs on real data.
+    nnls_pack : the paper's third packer, closer to optimal.
+    optimal_pack : near-optimal, with a proven lower bound.
+    bfd_pack : per-sequence packing, when the packs must name sample ids.
+
+    References
+    ----------
+    .. [1] M. Krell, M. Kosec, S. P. Perez, A. Fitzgibbon, "Efficient Sequence Packing without
+       Cross-contamination: Accelerating Large Language Models without Impacting
+       Performance", arXiv:2107.02027, 2021.
+
     Examples
     --------
     >>> import packlib
@@ -149,6 +157,17 @@ def lpfhp_pack(histogram, max_sequence_length: int | None = None, max_sequences_
     reference implementation's plan exactly; better than SPFHP at every depth on real data.
 
     Parameters and return value as for :func:`spfhp_pack`.
+
+    See Also
+    --------
+    spfhp_pack : worst fit, the paper's first packer.
+    nnls_pack, optimal_pack : fewer packs, at more cost.
+
+    References
+    ----------
+    .. [1] M. Krell, M. Kosec, S. P. Perez, A. Fitzgibbon, "Efficient Sequence Packing without
+       Cross-contamination: Accelerating Large Language Models without Impacting
+       Performance", arXiv:2107.02027, 2021.
     """
     return _lpfhp(*_histogram_args(histogram, max_sequence_length, max_sequences_per_pack))
 
@@ -213,6 +232,17 @@ def nnls_pack(
     -------
     PackingPlan
         ``plan.info["iterations"]`` is the number of NNLS solves.
+
+    See Also
+    --------
+    spfhp_pack, lpfhp_pack : the paper's greedy packers.
+    optimal_pack : near-optimal, with a proven lower bound.
+
+    References
+    ----------
+    .. [1] M. Krell, M. Kosec, S. P. Perez, A. Fitzgibbon, "Efficient Sequence Packing without
+       Cross-contamination: Accelerating Large Language Models without Impacting
+       Performance", arXiv:2107.02027, 2021.
     """
     h, L, depth = _histogram_args(histogram, max_sequence_length, max_sequences_per_pack)
     return _nnls(h, L, depth, max_iterations=as_positive_int(max_iterations, "max_iterations", maximum=10**6),
@@ -292,6 +322,15 @@ def ffd_pack(lengths, max_sequence_length: int, max_sequences_per_pack: int | No
     -------
     Packs
         Packs in the order they were opened; within a pack, longest first.
+
+    See Also
+    --------
+    bfd_pack : best fit instead of first fit.
+    pack : any method by name.
+
+    References
+    ----------
+    .. [1] D. S. Johnson, "Near-optimal bin packing algorithms", PhD thesis, MIT, 1973.
     """
     return _ffd(*_sequence_args(lengths, max_sequence_length, max_sequences_per_pack))
 
@@ -304,5 +343,14 @@ def bfd_pack(lengths, max_sequence_length: int, max_sequences_per_pack: int | No
     pack), found in O(1) words of a bitset over free-space values (at most ``L`` of them).
 
     Parameters and return value as for :func:`ffd_pack`.
+
+    See Also
+    --------
+    ffd_pack : first fit instead of best fit.
+    pack_stream : the same, window by window over a stream.
+
+    References
+    ----------
+    .. [1] D. S. Johnson, "Near-optimal bin packing algorithms", PhD thesis, MIT, 1973.
     """
     return _bfd(*_sequence_args(lengths, max_sequence_length, max_sequences_per_pack))

@@ -1,8 +1,11 @@
 """Plots for notebooks and reports (the ``plot`` extra: ``pip install 'packlib[plot]'``).
 
-Every function draws on the given matplotlib ``Axes`` (or a new figure's) and returns it,
-so plots compose with the rest of a user's figure. matplotlib is imported only here, and
-only when a function is called.
+Every function draws on the given matplotlib ``Axes`` (or a new figure's) and returns that
+``Axes``, one type everywhere, so plots compose with the rest of a user's figure
+(``ax.figure.savefig(path)`` saves it). A new figure uses matplotlib's ``"constrained"``
+layout, so no label is clipped when it is saved without ``bbox_inches="tight"``; axes that
+count (ranks, steps) have integer ticks. matplotlib is imported only here, and only when a
+function is called.
 
 >>> import matplotlib
 >>> matplotlib.use("Agg")
@@ -26,11 +29,20 @@ def _pyplot():
     return plt
 
 
-def _axes(ax):
+def _axes(ax, ncols: int = 1, figsize=(8, 4)):
+    """``ax``, or a new figure's Axes (a list of ``ncols`` when ``ncols > 1``), laid out by
+    matplotlib's constrained layout so that saving clips no label."""
     if ax is not None:
         return ax
-    _, ax = _pyplot().subplots(figsize=(8, 4))
-    return ax
+    _, axes = _pyplot().subplots(1, ncols, figsize=figsize, layout="constrained", squeeze=False)
+    return axes[0, 0] if ncols == 1 else list(axes[0])
+
+
+def _integer_ticks(axis):
+    """Ticks at whole numbers only (an axis that counts ranks or steps)."""
+    from matplotlib.ticker import MaxNLocator
+
+    axis.set_major_locator(MaxNLocator(integer=True))
 
 
 def _auto_log(values, log):
@@ -66,7 +78,12 @@ def histogram(histogram, ax=None, *, label: str = "sequences", log: bool | None 
     matplotlib Axes
 
     ``log=None`` picks a log scale when one length dominates (as length 512 does on
-    Wikipedia, where long documents are cut to the max length)."""
+    Wikipedia, where long documents are cut to the max length).
+
+    See Also
+    --------
+    plan : the lengths next to the packs a plan makes of them.
+    """
     from ._validate import as_histogram
 
     h = as_histogram(histogram)
@@ -95,8 +112,14 @@ def plan(plan, ax=None, *, log: bool | None = None):
     -------
     matplotlib Axes
 
-    Unpacked, every sequence is padded to ``L``; packed, the bars on the right show how
-    full the packs are (a perfect packing is a single bar at ``L``).
+    Unpacked, every sequence is padded to ``L``; packed, the lines on the right show how
+    full the packs are (a perfect packing is a single line at ``L``, drawn as wide at any
+    ``L``).
+
+    See Also
+    --------
+    histogram : the lengths alone.
+    strategies : the packs the plan uses most.
     """
     ax = _axes(ax)
     h = plan.histogram()
@@ -104,7 +127,11 @@ def plan(plan, ax=None, *, log: bool | None = None):
     fill = plan.strategy_tokens()
     packed = np.bincount(fill - 1, weights=plan.counts, minlength=L)[:L] if plan.num_strategies else np.zeros(L)
     _bars(ax, h, alpha=0.6, label=f"sequence lengths ({plan.num_sequences:,})")
-    _bars(ax, packed, alpha=0.6, label=f"tokens per pack ({plan.num_packs:,} packs)")
+    # tokens per pack as lines of a fixed width in points, not bars one token wide: near
+    # 100 % efficiency nearly every pack is at L, one bar a pixel cannot show
+    at = np.flatnonzero(packed)
+    ax.vlines(at + 1, 0, packed[at], colors="C1", linewidth=2.5, zorder=3,
+              label=f"tokens per pack ({plan.num_packs:,} packs)")
     ax.set_xlabel("tokens")
     ax.set_ylabel("count")
     ax.set_xlim(0, L + 1)
@@ -126,6 +153,14 @@ def strategies(plan, ax=None, *, top: int = 15, log: bool | None = None):
     top : int, default 15
     log : bool or None, default None
         As for :func:`histogram`.
+
+    Returns
+    -------
+    matplotlib Axes
+
+    See Also
+    --------
+    plan : the tokens per pack of the whole plan.
     """
     ax = _axes(ax)
     items = plan.top_strategies(top)[::-1]
@@ -133,7 +168,11 @@ def strategies(plan, ax=None, *, top: int = 15, log: bool | None = None):
     counts = [c for _, c in items]
     ax.barh(np.arange(len(items)), counts)
     if _auto_log(counts, log):
+        from matplotlib.ticker import LogLocator, NullFormatter
+
         ax.set_xscale("log")
+        ax.xaxis.set_major_locator(LogLocator(base=10))
+        ax.xaxis.set_minor_formatter(NullFormatter())  # labelled minor ticks overlap on a short range
     ax.set_yticks(np.arange(len(items)), labels)
     ax.set_xlabel("packs")
     ax.set_title(f"top {len(items)} of {plan.num_strategies:,} strategies")
@@ -147,6 +186,14 @@ def compare(table, ax=None):
     ----------
     table : ComparisonTable
     ax : matplotlib Axes, optional
+
+    Returns
+    -------
+    matplotlib Axes
+
+    See Also
+    --------
+    packlib.compare : the table.
     """
     ax = _axes(ax)
     methods = list(dict.fromkeys(r.method for r in table))
@@ -170,8 +217,8 @@ def compare(table, ax=None):
 def schedule(schedule, baseline=None, ax=None, *, steps: int = 200):
     """How busy each rank is at each step: ``cost / the step's largest rank cost`` as an
     image (1.0: the rank sets the step's time; lower: it waits), for the first ``steps``
-    steps; with ``baseline`` (e.g. :func:`packlib.round_robin` of the same
-    lengths), the two side by side, each titled with its balance.
+    steps; with ``baseline`` (e.g. :func:`packlib.round_robin` of the same lengths), the
+    two side by side, each titled with its balance.
 
     Parameters
     ----------
@@ -182,15 +229,21 @@ def schedule(schedule, baseline=None, ax=None, *, steps: int = 200):
 
     Returns
     -------
-    matplotlib Axes, or a list of two with ``baseline``
+    matplotlib Axes
+        The ``schedule``'s; with ``baseline``, the baseline's is beside it in the same
+        figure (``ax.figure.axes``).
+
+    See Also
+    --------
+    packlib.Schedule.plot : the same, as a method.
     """
     from ._validate import as_positive_int
 
     steps = as_positive_int(steps, "steps")
     shown = [schedule] if baseline is None else [baseline, schedule]
     if ax is None:
-        _, axes = _pyplot().subplots(1, len(shown), figsize=(5 * len(shown), 4), squeeze=False)
-        axes = list(axes[0])
+        axes = _axes(None, len(shown), figsize=(5 * len(shown) + 1, 4))
+        axes = axes if baseline is not None else [axes]
     else:
         axes = list(ax) if baseline is not None else [ax]
     titles = ["packlib.balance"] if baseline is None else ["packs dealt round-robin", "packlib.balance"]
@@ -200,8 +253,10 @@ def schedule(schedule, baseline=None, ax=None, *, steps: int = 200):
         worst = c.max(axis=1, keepdims=True)
         busy = np.divide(c, worst, out=np.ones_like(c), where=worst > 0)
         image = a.imshow(busy.T, aspect="auto", cmap="viridis", vmin=0.0, vmax=1.0, interpolation="nearest")
+        _integer_ticks(a.xaxis)
+        _integer_ticks(a.yaxis)
         a.set_xlabel("step")
         a.set_ylabel("rank")
         a.set_title(f"{title}: balance {s.balance:.3f}")
     axes[-1].figure.colorbar(image, ax=axes, label="cost / step's slowest rank")
-    return axes[0] if baseline is None else axes
+    return axes[-1]

@@ -218,9 +218,13 @@ def test_plot(tmp_path):
     lengths = _workload(20000)
     cost = packlib.transformer_cost(4096, causal=False)
     s = packlib.balance(lengths, 8192, world_size=8, micro_batches=2, cost=cost)
-    axes = s.plot(baseline=round_robin(lengths, 8192, world_size=8, micro_batches=2, cost=cost))
-    assert len(axes) == 2 and "balance" in axes[1].get_title()
-    axes[0].figure.savefig(tmp_path / "balance.png")
+    ax = s.plot(baseline=round_robin(lengths, 8192, world_size=8, micro_batches=2, cost=cost))
+    assert "packlib.balance: balance" in ax.get_title()  # one Axes, the schedule's; the baseline's beside it
+    assert "round-robin" in ax.figure.axes[0].get_title() and ax.figure.axes[1] is ax
+    ax.figure.canvas.draw()
+    for a in ax.figure.axes[:2]:  # ranks and steps are counted: whole-number ticks
+        assert all(float(t).is_integer() for t in a.get_yticks()) and all(float(t).is_integer() for t in a.get_xticks())
+    ax.figure.savefig(tmp_path / "balance.png")
 
 
 def test_transformer_cost():

@@ -467,7 +467,7 @@ def test_deprecated_positional_arguments_still_work():
     assert b.to_list() == bucket([3, 1, 2, 5], read_ahead=4, batch_size=2, shuffle=False).to_list()
     with pytest.warns(DeprecationWarning, match="pass read_ahead=... by keyword"):
         assert bucket([3, 1, 2, 5], 4, batch_size=2, shuffle=False).to_list() == b.to_list()
-    with pytest.raises(TypeError, match="needs read_ahead"):
+    with pytest.raises(TypeError, match="read_ahead"):
         bucket([3, 1, 2, 5], batch_size=2)
     with pytest.raises(TypeError, match="multiple values"):
         bucket([3, 1], 4, 2, batch_size=2)

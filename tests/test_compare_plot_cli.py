@@ -88,6 +88,35 @@ def test_plots_render_to_png(tmp_path):
         plt.close(ax.figure)
 
 
+def test_plots_read_well_when_saved_plainly():
+    """Every plot function returns one Axes; a new figure's labels stay inside it when saved
+    without ``bbox_inches="tight"``; a plan's tokens-per-pack series shows at ~100 %
+    efficiency and any L."""
+    mpl = pytest.importorskip("matplotlib")
+    mpl.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from packlib import plot
+
+    h = np.zeros(8192, np.int64)
+    h[[4095, 8191]] = [40, 7]  # halves and wholes: every pack exactly full
+    full = packlib.lpfhp_pack(h, max_sequences_per_pack=None)
+    assert full.efficiency == 1.0
+    ax = plot.plan(full)
+    lines = [c for c in ax.collections if c.get_label().startswith("tokens per pack")]
+    assert lines and lines[0].get_linewidth()[0] >= 1.5
+    assert [seg[0][0] for seg in lines[0].get_segments()] == [8192]
+    plt.close(ax.figure)
+    plan = packlib.nnls_pack(packlib.datasets.wikipedia_512())
+    for ax in (plot.strategies(plan), plot.histogram(SMALL), plot.plan(plan)):
+        assert isinstance(ax, mpl.axes.Axes)
+        fig = ax.figure
+        fig.canvas.draw()
+        box, drawn = fig.bbox, ax.get_tightbbox(fig.canvas.get_renderer())  # every label drawn, ticks included
+        assert box.x0 - 1 <= drawn.x0 and drawn.x1 <= box.x1 + 1 and box.y0 - 1 <= drawn.y0 and drawn.y1 <= box.y1 + 1
+        plt.close(fig)
+
+
 def test_plot_without_matplotlib_says_what_to_install(monkeypatch):
     from packlib import plot
 

@@ -21,7 +21,7 @@ SOURCES = sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.part
 # above. Names are relative to packlib ("" is packlib/__init__.py); a package stands for
 # all its modules. docs/design.md draws the same picture.
 FLOORS = [
-    ("base", ["_version", "_jit", "_validate", "_progress", "_names", "_nnls_limits", "datasets", "plot"]),
+    ("base", ["_version", "_jit", "_deprecation", "_validate", "_progress", "_names", "_nnls_limits", "datasets", "plot"]),
     ("kernels", ["_kernels"]),
     ("results", ["_histogram", "_packs", "_plan"]),
     ("packers", ["packing", "optimal", "blending", "balancing"]),
@@ -259,3 +259,27 @@ def test_deprecated_positional_spellings_still_work():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         packlib.blend([1, 2], 30, method="shuffled", seed=4)
+
+
+def test_public_classes_name_their_public_path():
+    """``__module__`` of every public class is a public module that holds it (``packlib`` for
+    the top-level names), so pickles and reprs never name a private room."""
+    import sys
+
+    bad = []
+    for modname in PUBLIC_MODULES + ["packlib.torch", "packlib.formats.arrow", "packlib.pipeline"]:
+        try:
+            mod = importlib.import_module(modname)
+        except ImportError:  # pragma: no cover - an optional dependency is missing
+            continue
+        for name in getattr(mod, "__all__", []):
+            obj = getattr(mod, name)
+            if not inspect.isclass(obj):
+                continue
+            home = obj.__module__
+            if any(part.startswith("_") for part in home.split(".")) or \
+                    getattr(sys.modules.get(home) or importlib.import_module(home), obj.__qualname__, None) is not obj:
+                bad.append(f"{modname}.{name}: __module__ = {home!r}")
+            if modname == "packlib" and home != "packlib":
+                bad.append(f"packlib.{name}: __module__ = {home!r}, not 'packlib'")
+    assert bad == []

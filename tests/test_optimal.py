@@ -589,7 +589,7 @@ def _forced_long(grids=(3, 5, 8)):
 
     return [mock.patch.object(packlib.optimal._tuning, "LONG_CONTEXT", 0),
             mock.patch.object(packlib.optimal._tuning, "LP_LENGTHS", 0),
-            mock.patch.object(packlib.optimal._relaxed, "GRIDS", grids)]
+            mock.patch.object(packlib.optimal._tuning, "GRIDS", grids)]
 
 
 @given(tiny_histograms(), st.integers(1, 6))
@@ -677,12 +677,12 @@ def test_interpolated_certificate_skips_a_costly_dp():
     is small: with a zero work allowance no certificate is made."""
     from unittest import mock
 
-    from packlib.optimal import _relaxed
+    from packlib.optimal import _relaxed, _tuning
 
     h = np.zeros(22, np.int64)
     h[[0, 1, 11]] = [5, 19, 19]
     cert, _ = _relaxed.grid_certificate(h, 22, 2, 5, None)
-    with mock.patch.object(_relaxed, "INTERPOLATION_WORK", 0.0):
+    with mock.patch.object(_tuning, "INTERPOLATION_WORK", 0.0):
         assert _relaxed.interpolated_certificate(h, 22, 2, cert) is None
 
 
@@ -709,7 +709,7 @@ def test_grid_checker_rejects_prices_that_are_not_a_function_of_the_unit():
 @given(small_histograms(max_len=60, max_count=40), st.integers(1, 8), st.integers(1, 60))
 @settings(max_examples=60, deadline=None)
 def test_grid_plan_holds_every_sequence_once(h, depth, K):
-    from packlib.optimal import _relaxed
+    from packlib.optimal import _relaxed, _tuning
 
     L = len(h)
     plan, _, _ = _relaxed.grid_plan(h, L, depth, min(K, L), None)
@@ -722,7 +722,7 @@ def test_grid_plan_holds_every_sequence_once(h, depth, K):
     assert p.num_packs >= packlib.lower_bound(h, max_sequences_per_pack=depth).bound
     from unittest import mock
 
-    with mock.patch.object(_relaxed, "ROUNDINGS", 0):  # one rounding, the rest by the fill
+    with mock.patch.object(_tuning, "ROUNDINGS", 0):  # one rounding, the rest by the fill
         once, _, _ = _relaxed.grid_plan(h, L, depth, min(K, L), None)
     assert p.num_packs <= once[2].sum()  # solving the rest's LP again never costs packs
 

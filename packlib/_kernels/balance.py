@@ -97,7 +97,7 @@ def _deal(costs, rows, W, M, rank_of):
 def _best_exchange(items, rows, item_row, item_len, item_cost, row_rank, row_tokens, row_count, hi, lo, gap, L, D):
     """The move (of one sequence of rank ``hi`` into a row of ``lo``) or swap (of one
     sequence of each) that brings the two ranks' costs closest to even, within the rows'
-    capacity ``L`` and depth ``D`` (0: none). Returns ``(s, t, row)``: swap ``s`` and ``t``
+    capacity ``L`` and depth ``D`` (``L``: no limit). Returns ``(s, t, row)``: swap ``s`` and ``t``
     (``t >= 0``), or move ``s`` into ``row``; ``s = -1`` if nothing improves."""
     n = items.size
     best_s, best_t, best_row = -1, -1, -1
@@ -110,7 +110,7 @@ def _best_exchange(items, rows, item_row, item_len, item_cost, row_rank, row_tok
         cs = item_cost[s]
         if cs < gap and abs(gap / 2.0 - cs) < best_score:  # a move, into any row of lo with room
             for q in rows:
-                if row_rank[q] == lo and row_tokens[q] + item_len[s] <= L and (D == 0 or row_count[q] < D):
+                if row_rank[q] == lo and row_tokens[q] + item_len[s] <= L and row_count[q] < D:
                     best_s, best_t, best_row, best_score = s, -1, q, abs(gap / 2.0 - cs)
                     break
         for j in range(n):

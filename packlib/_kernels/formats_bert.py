@@ -14,23 +14,31 @@ import numpy as np
 
 from .._jit import jit
 from .rng import mix64
+from .splitmix import GAMMA
 
 I_IDS, I_MASK, I_MLM_IDS, I_MLM_POS, I_NSP_LAB, I_NSP_POS, I_POS, I_SEG = 0, 1, 2, 3, 4, 5, 6, 7
 F_MLM_W, F_NSP_W = 0, 1
+_GAMMA = np.uint64(GAMMA)
+
+# statuses of build_packed, read by packlib.formats.mlperf_bert
+OK = 0
+TOO_MANY_TOKENS = 1
+TOO_MANY_PREDICTIONS = 2
+TOO_MANY_SEQUENCES = 3
 
 
 @jit
 def build_packed(pack_offsets, pack_indices, p0, p1, seq_offsets, tokens, segments,
                  mlm_offsets, mlm_pos, mlm_ids, nsp, L, mlm_slots, depth, icol, fcol, ints, floats):
     """Fill rows ``0 .. p1-p0-1`` of ``ints``/``floats`` (zeroed by the caller) with
-    packs ``p0 .. p1-1``. Returns ``(0, -1)`` or ``(code, pack)``: 1 = too many tokens,
-    2 = too many predictions, 3 = too many sequences."""
+    packs ``p0 .. p1-1``. Returns ``(OK, -1)`` or ``(status, pack)``: ``TOO_MANY_TOKENS``,
+    ``TOO_MANY_PREDICTIONS`` or ``TOO_MANY_SEQUENCES``."""
     for p in range(p0, p1):
         r = p - p0
         a = pack_offsets[p]
         b = pack_offsets[p + 1]
         if b - a > depth:
-            return 3, p
+            return TOO_MANY_SEQUENCES, p
         start = 0
         m = 0
         for k in range(b - a):
@@ -38,11 +46,11 @@ def build_packed(pack_offsets, pack_indices, p0, p1, seq_offsets, tokens, segmen
             t0 = seq_offsets[s]
             n = seq_offsets[s + 1] - t0
             if start + n > L:
-                return 1, p
+                return TOO_MANY_TOKENS, p
             q0 = mlm_offsets[s]
             nm = mlm_offsets[s + 1] - q0
             if m + nm > mlm_slots:
-                return 2, p
+                return TOO_MANY_PREDICTIONS, p
             for j in range(n):
                 ints[r, icol[I_IDS] + start + j] = tokens[t0 + j]
                 ints[r, icol[I_SEG] + start + j] = segments[t0 + j]
@@ -57,7 +65,7 @@ def build_packed(pack_offsets, pack_indices, p0, p1, seq_offsets, tokens, segmen
             floats[r, fcol[F_NSP_W] + k] = 1.0
             start += n
             m += nm
-    return 0, -1
+    return OK, -1
 
 
 @jit
@@ -138,7 +146,7 @@ def unpack_packed(ints, floats, L, mlm_slots, depth, icol, fcol):
 
 @jit
 def _feed(h, v):
-    return mix64(h ^ np.uint64(v)) + np.uint64(0x9E3779B97F4A7C15)
+    return mix64(h ^ np.uint64(v)) + _GAMMA
 
 
 @jit

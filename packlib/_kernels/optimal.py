@@ -13,6 +13,7 @@
 import numpy as np
 
 from .._jit import jit
+from .fill_modes import EVEN_PAIR, LONG_PAIR, ROOM_FOR_SHORTEST, SPREAD_SHORT, TINY_BESIDE_HUGE
 
 
 @jit
@@ -249,9 +250,10 @@ def _largest_present(parent, g):
 
 @jit
 def _pair_partner(mode, gap, rem, parent, L):
-    """The longer of two sequences that close ``gap`` exactly (mode 1: the longer as long
-    as possible; modes 2-3: the pair as even as possible), or 0 if no pair is left."""
-    if mode >= 2:
+    """The longer of two sequences that close ``gap`` exactly (``LONG_PAIR``: the longer as
+    long as possible; ``EVEN_PAIR`` and after: the pair as even as possible), or 0 if no pair
+    is left."""
+    if mode >= EVEN_PAIR:
         # the shorter of the pair, longest first (so the pair is even)
         d = _largest_present(parent, gap // 2)
         tries = 0
@@ -261,7 +263,7 @@ def _pair_partner(mode, gap, rem, parent, L):
                 return c
             d = _largest_present(parent, d - 1)
             tries += 1
-    elif mode == 1:
+    elif mode == LONG_PAIR:
         c = _largest_present(parent, gap - 1)
         while c > 0 and 2 * c >= gap:
             if rem[gap - c - 1] > (1 if c == gap - c else 0):
@@ -298,26 +300,29 @@ def _grown(a, size):
 def exact_fill(h, L, D, mode):
     """Pack a histogram pack by pack, aiming for packs that are exactly full.
 
-    Each pack starts with the longest sequence left (except in modes 3 and 4). While there is room (and fewer than
-    ``D`` sequences; ``D = 0``: unlimited), the gap ``g`` is filled by one rule:
+    Each pack starts with the longest sequence left (except with ``SPREAD_SHORT`` and
+    ``ROOM_FOR_SHORTEST``). While there is room (and fewer than ``D`` sequences; ``D = 0``:
+    unlimited), the gap ``g`` is filled by one rule, the ``mode`` (named in
+    :mod:`packlib._kernels.fill_modes`):
 
-    - ``mode 0``: the longest sequence that fits (best fit);
-    - ``mode 1``: a sequence of length exactly ``g`` if one is left, else two that add up
-      to ``g`` (the longer one as long as possible), else best fit;
-    - ``mode 2``: like 1, but the pair as even as possible, which keeps the short
-      sequences for the packs that need them at the end;
-    - ``mode 3`` (depth limits): like 2, but while the pack holds fewer sequences than the
-      rest of the histogram needs per pack on average (``ceil(sequences * L / tokens)``,
-      at least 3), it takes the longest sequence of at most ``g / (slots wanted)`` (also
-      for its first sequence), so short sequences are spread over the packs instead of
-      piling up at the end, where the depth limit would leave their packs part-empty;
-    - ``mode 4`` (depth limits that bind, ``sequences / depth > tokens / L``): the longest
-      sequence that leaves room for the shortest one left in each other free slot;
-    - ``mode 5`` (the same, for huge sequences beside tiny ones): like 4, but each pack
-      starts with the longest sequence left, and where the shortest left do not fit in
-      every free slot it takes the shortest (as many sequences as fit), so a huge
-      sequence with little room still fills its slots with the tiniest ones (mode 4 leaves
-      it for the end, alone).
+    - ``BEST_FIT`` (0): the longest sequence that fits (best fit);
+    - ``LONG_PAIR`` (1): a sequence of length exactly ``g`` if one is left, else two that add
+      up to ``g`` (the longer one as long as possible), else best fit;
+    - ``EVEN_PAIR`` (2): like ``LONG_PAIR``, but the pair as even as possible, which keeps
+      the short sequences for the packs that need them at the end;
+    - ``SPREAD_SHORT`` (3, depth limits): like ``EVEN_PAIR``, but while the pack holds fewer
+      sequences than the rest of the histogram needs per pack on average
+      (``ceil(sequences * L / tokens)``, at least 3), it takes the longest sequence of at
+      most ``g / (slots wanted)`` (also for its first sequence), so short sequences are
+      spread over the packs instead of piling up at the end, where the depth limit would
+      leave their packs part-empty;
+    - ``ROOM_FOR_SHORTEST`` (4, depth limits that bind, ``sequences / depth > tokens / L``):
+      the longest sequence that leaves room for the shortest one left in each other free slot;
+    - ``TINY_BESIDE_HUGE`` (5, the same, for huge sequences beside tiny ones): like
+      ``ROOM_FOR_SHORTEST``, but each pack starts with the longest sequence left, and where
+      the shortest left do not fit in every free slot it takes the shortest (as many
+      sequences as fit), so a huge sequence with little room still fills its slots with
+      the tiniest ones (``ROOM_FOR_SHORTEST`` leaves it for the end, alone).
 
     A pack is repeated while every length it uses has enough copies left. Returns
     ``(items, offsets, counts)``: pack type ``t`` holds ``items[offsets[t]:offsets[t+1]]``
@@ -335,27 +340,27 @@ def exact_fill(h, L, D, mode):
     smin = 1
     while _largest_present(parent, L) > 0:
         target = 0
-        if mode == 3 and D > 0:
+        if mode == SPREAD_SHORT and D > 0:
             # sequences per pack the rest needs on average (tokens / L packs)
             target = np.int64(np.ceil(items_left * L / max(tokens_left, 1)))
         n = 0
         gap = L
         while gap > 0 and (D == 0 or n < D):
-            if mode >= 4 and D > 0:
+            if mode >= ROOM_FOR_SHORTEST and D > 0:
                 # many sequences per pack: the longest that leaves room for the shortest ones
                 # left in every other free slot
                 while smin <= L and rem[smin - 1] == 0:
                     smin += 1
                 b = _largest_present(parent, gap - (D - n - 1) * smin) if gap > (D - n - 1) * smin else 0
-                if mode == 5 and n == 0:
+                if mode == TINY_BESIDE_HUGE and n == 0:
                     b = _largest_present(parent, gap)  # the longest first, whatever room it leaves ...
-                elif b == 0 and mode == 5 and smin <= gap:
+                elif b == 0 and mode == TINY_BESIDE_HUGE and smin <= gap:
                     b = smin  # ... and where the shortest do not fit in every slot, as many as fit
                 if b == 0:
                     b = _largest_present(parent, gap)  # best fit
             else:
                 spread = 0
-                if mode == 3 and D > 0:
+                if mode == SPREAD_SHORT and D > 0:
                     want = min(D, max(2, target)) - n  # sequences this pack should still take
                     if want >= 3:
                         spread = want

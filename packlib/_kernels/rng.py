@@ -6,10 +6,11 @@ results depend only on the seed: the same on every run, machine and numba versio
 import numpy as np
 
 from .._jit import jit
+from .splitmix import GAMMA, MIX1, MIX2
 
-_GAMMA = np.uint64(0x9E3779B97F4A7C15)
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
+_GAMMA = np.uint64(GAMMA)
+_M1 = np.uint64(MIX1)
+_M2 = np.uint64(MIX2)
 _LOW32 = np.uint64(0xFFFFFFFF)
 
 

@@ -9,9 +9,10 @@ chain; the lanes and the length are then mixed. Any single changed value changes
 import numpy as np
 
 from .._jit import jit
+from .splitmix import GAMMA
 
 _MUL = np.uint64(0x100000001B3)
-_GOLD = np.uint64(0x9E3779B97F4A7C15)
+_GOLD = np.uint64(GAMMA)
 _M1 = np.uint64(0xFF51AFD7ED558CCD)
 _M2 = np.uint64(0xC4CEB9FE1A85EC53)
 _K1, _K2, _K3 = np.uint64(0x243F6A8885A308D3), np.uint64(0x13198A2E03707344), np.uint64(0xA4093822299F31D0)

@@ -33,6 +33,10 @@ def transformer_cost(hidden_size: int, *, causal: bool = True, ffn_multiplier: f
     -------
     tuple of float
 
+    See Also
+    --------
+    fit_cost : the coefficients fitted to measured times instead.
+
     Examples
     --------
     >>> transformer_cost(4096)
@@ -82,6 +86,10 @@ def fit_cost(rows, seconds, *, constant: bool = False) -> tuple[float, ...]:
         rows that cannot tell the terms apart (every row's ``sum(l**2) / sum(l)`` the same,
         e.g. rows of single sequences of one length; with ``constant=True`` also every row
         of the same number of tokens), or times that grow with no term (``a = b = 0``).
+
+    See Also
+    --------
+    transformer_cost : the coefficients from a model's shape, without timing.
 
     Examples
     --------

@@ -55,6 +55,17 @@ def balance(lengths, max_sequence_length, max_sequences_per_pack=None, *, world_
     Returns
     -------
     Schedule
+
+    See Also
+    --------
+    round_robin : the baseline, packs dealt to ranks in turn.
+    BalancedBatchSampler : one rank's micro-batches of this schedule, for a DataLoader.
+    transformer_cost, fit_cost : the cost coefficients.
+
+    References
+    ----------
+    .. [1] R. L. Graham, "Bounds on multiprocessing timing anomalies", SIAM Journal on Applied
+       Mathematics 17(2), 1969 (longest processing time first, how loads are dealt to ranks).
     """
     return plan(balance_settings(lengths, max_sequence_length, max_sequences_per_pack, world_size=world_size,
                                  micro_batches=micro_batches, cost=cost, window=window, seed=seed, epoch=epoch,
@@ -116,7 +127,7 @@ class _Planner:
 
         lens = self.lens[ids]
         L = max(1, min(self.L, int(lens.sum())))
-        depth = L if self.depth is None else min(self.depth, L)
+        depth = self.L if self.depth is None else self.depth  # the kernels' "no limit": L
         (offsets, idx), *self.spread = _spread_pack(lens, L, depth, n_rows, *self.spread)
         rows = offsets.size - 1
         step_rows = self.W * self.M
@@ -137,7 +148,7 @@ class _Planner:
         # window w's own generator: ties, rank labels, round and step order, sequences in rows
         state = np.array([stream_seed(epoch_seed(self.seed, self.epoch), 1 + w)], np.uint64)
         slot_off, slot_items, rank_cost = balance_window(offsets, lens[it], self.costs[ids[it]], n_rows, self.W,
-                                                         self.M, self.L, 0 if self.depth is None else self.depth,
+                                                         self.M, self.L, depth,
                                                          min(_ROUNDS_PER_RANK * self.W, _MAX_ROUNDS), state)
         steps = n_rows // step_rows
         # the window's steps in a random order in which every run of them keeps the epoch's

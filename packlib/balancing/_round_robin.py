@@ -24,6 +24,10 @@ def round_robin(lengths, max_sequence_length, max_sequences_per_pack=None, *, wo
     Returns
     -------
     Schedule
+
+    See Also
+    --------
+    balance : the compute-balanced schedule this is measured against.
     """
     from .._kernels.balance import sequence_costs
     from .._kernels.csr import csr_take

@@ -27,7 +27,7 @@ from ._settings import DEFAULT_WINDOW, as_rank, balance_settings
 
 __all__ = ["BalancedBatchSampler"]
 
-# 2: issue 29's planner (spread packing, seeded order): a version-1 state's position is in
+# 2: the planner of spread packing and seeded order; a version-1 state's position is in
 # another schedule of the same settings
 _STATE_VERSION = 2
 

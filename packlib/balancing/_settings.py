@@ -7,6 +7,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .._kernels.splitmix import GAMMA
 from .._validate import (
     as_bool,
     as_depth,
@@ -26,7 +27,6 @@ from .._validate import (
 #: length (within 1 % on the same workloads; docs/balance.md measures the trade-off).
 DEFAULT_WINDOW = 16
 MAX_WINDOW_ROWS = 2**26  # rows of one window (window x world_size x micro_batches)
-_GOLDEN = 0x9E3779B97F4A7C15
 
 
 class BalanceSettings(NamedTuple):
@@ -93,4 +93,4 @@ def balance_settings(lengths, max_sequence_length, max_sequences_per_pack, *, wo
 
 def epoch_seed(seed: int, epoch: int):
     """The seed of ``epoch``'s shuffle (the kernels' int64 form)."""
-    return seed_to_int64((seed + epoch * _GOLDEN) % 2**64)
+    return seed_to_int64((seed + epoch * GAMMA) % 2**64)

@@ -31,8 +31,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._deprecation import deprecate_positional_args
 from .._progress import progress_bar
-from .._validate import as_bool, as_choice, deprecated_positional, as_int_array, as_nonnegative_int, as_seed, check_total, exact_sum, readonly
+from .._validate import as_bool, as_choice, as_int_array, as_nonnegative_int, as_seed, check_total, exact_sum, readonly
 from . import _common, _feistel, _smooth
 from ._common import METHODS, largest_remainder
 from ._index import BlendedIndex
@@ -44,11 +45,8 @@ __all__ = ["BlendedIndex", "blend", "blend_exhaustive"]
 _MEGATRON_BLOCK = 32
 
 
-_BLEND_POSITIONAL = ("method", "seed", "progress")
-_UNSET = object()
-
-
-def blend(weights, size, *args, method: str = "megatron", seed: int = 0, progress=None,
+@deprecate_positional_args(names=("method", "seed", "progress"))
+def blend(weights, size, *, method: str = "megatron", seed: int = 0, progress=None,
           materialize: bool = True) -> BlendedIndex:
     """Blend ``k`` datasets by weight into an index of ``size`` samples.
 
@@ -59,9 +57,6 @@ def blend(weights, size, *args, method: str = "megatron", seed: int = 0, progres
         Megatron-Core does). ``megatron`` needs every weight > 0.
     size : int
         Number of samples, ``>= 0``.
-    *args
-        Deprecated: ``method``, ``seed`` and ``progress`` by position (the 0.2 spelling)
-        still work for one release, with a ``DeprecationWarning``; pass them by keyword.
     method : {"megatron", "smooth", "shuffled"}
         ``megatron``: Megatron-Core's greedy, bit-identical. Cost O(size * (k/B + m)) for
         blocks of ``B = 32`` steps and the ``m`` datasets near the top (a few dozen for
@@ -80,6 +75,9 @@ def blend(weights, size, *args, method: str = "megatron", seed: int = 0, progres
         ``shuffled`` only: ``False`` returns a lazy index whose arrays are ``None``;
         :meth:`BlendedIndex.slice` computes any part of it on demand.
 
+        Every option is keyword-only; ``method``, ``seed`` and ``progress`` by position
+        (the 0.2 spelling) still work until packlib 0.4, with a ``DeprecationWarning``.
+
     Returns
     -------
     BlendedIndex
@@ -97,6 +95,10 @@ def blend(weights, size, *args, method: str = "megatron", seed: int = 0, progres
         If ``smooth`` could not keep every prefix within its quota (never observed; see
         docs/blending.md).
 
+    See Also
+    --------
+    blend_exhaustive : each dataset's samples used once, in full (no size to give).
+
     Examples
     --------
     >>> import packlib
@@ -106,12 +108,6 @@ def blend(weights, size, *args, method: str = "megatron", seed: int = 0, progres
     >>> idx.counts.tolist()
     [5, 3, 2]
     """
-    if args:  # the 0.2 spelling blend(weights, size, method=method, seed, progress), for one more release
-        given = {"method": method, "seed": seed, "progress": progress}
-        defaults = {"method": "megatron", "seed": 0, "progress": None}
-        given.update(deprecated_positional("blend", args, _BLEND_POSITIONAL,
-                                           {k: (_UNSET if v == defaults[k] else v) for k, v in given.items()}, _UNSET))
-        method, seed, progress = given["method"], given["seed"], given["progress"]
     method = as_choice(method, "method", METHODS)
     w = _common.weights_for(weights, method)
     n = as_nonnegative_int(size, "size")
@@ -183,6 +179,10 @@ def blend_exhaustive(sizes) -> BlendedIndex:
     -------
     BlendedIndex
         ``method="exhaustive"``, ``counts == sizes``, ``size == sum(sizes)``.
+
+    See Also
+    --------
+    blend : an index of a given size, by weight.
     """
     sz = as_int_array(sizes, "sizes", allow_empty=False, minimum=0)
     total = check_total(exact_sum(sz), "sizes", "total size")  # exact: never wraps in int64

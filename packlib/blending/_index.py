@@ -243,3 +243,6 @@ class BlendedIndex:
             "<tr><th>dataset</th><th>weight</th><th>count</th><th>share</th></tr>"
             f"{rows}</table>"
         )
+
+
+BlendedIndex.__module__ = "packlib"  # pickles and reprs name the public path, which never moves

@@ -28,4 +28,4 @@ from ._stream import PackStream, pack_stream
 __all__ = ["BucketedReadaheadBatchIterator", "bucket", "pack_stream", "Batches", "PackStream"]
 
 for _cls in (Batches, BucketedReadaheadBatchIterator, PackStream):
-    _cls.__module__ = __name__  # pickles and reprs name the public path, which never moves
+    _cls.__module__ = "packlib"  # pickles and reprs name the public path, which never moves

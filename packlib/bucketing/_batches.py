@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._deprecation import deprecate_positional_args
 from .._packs import _GroupedIds
 from .._validate import (
     as_bool,
@@ -14,7 +15,6 @@ from .._validate import (
     as_positive_int,
     as_seed,
     check_lengths_positive,
-    deprecated_positional,
     exact_sum,
     readonly,
 )
@@ -111,25 +111,15 @@ class Batches(_GroupedIds):
         )
 
 
-_BUCKET_POSITIONAL = ("read_ahead", "batch_size", "max_tokens", "shuffle", "seed")
-
-
-class _Unset:
-    def __repr__(self):
-        return "<unset>"
-
-
-_UNSET = _Unset()
-
-
+@deprecate_positional_args(names=("read_ahead", "batch_size", "max_tokens", "shuffle", "seed"))
 def bucket(
     lengths,
-    *args,
-    read_ahead: int = _UNSET,
-    batch_size: int | None = _UNSET,
-    max_tokens: int | None = _UNSET,
-    shuffle: bool = _UNSET,
-    seed: int = _UNSET,
+    *,
+    read_ahead: int,
+    batch_size: int | None = None,
+    max_tokens: int | None = None,
+    shuffle: bool = True,
+    seed: int = 0,
     rank: int = 0,
     world_size: int = 1,
     remainder: str = "repeat",
@@ -144,8 +134,6 @@ def bucket(
     ----------
     lengths : array_like of int
         Length of each sample (>= 1), in stream order (total at most ``2**62`` tokens).
-    *args
-        Deprecated: the 0.2 positional ``read_ahead, batch_size, max_tokens, shuffle, seed``.
     read_ahead : int (keyword-only, required)
         Samples per window (>= 1).
     batch_size : int, optional
@@ -157,8 +145,9 @@ def bucket(
     shuffle : bool, default True
         Shuffle each window's batches (as ``random.Random(seed).shuffle``).
     seed : int, default 0
-        Every option is keyword-only (by position they still work, with a
-        ``DeprecationWarning``, for one release).
+        Seed of the shuffle. Every option is keyword-only (the 0.2 positional
+        ``read_ahead, batch_size, max_tokens, shuffle, seed`` still work, with a
+        ``DeprecationWarning``, until packlib 0.4).
     rank, world_size, remainder
         Data-parallel sharding, as for :class:`BucketedReadaheadBatchIterator`.
 
@@ -167,6 +156,11 @@ def bucket(
     Batches
         Batches in serving order (CSR); ``window_batches`` counts them per window.
 
+    See Also
+    --------
+    BucketedReadaheadBatchIterator : the same batches from any iterable, lazily.
+    pack_stream : packs to a capacity instead of batches of similar length.
+
     Examples
     --------
     >>> bucket([3, 1, 2, 5], read_ahead=4, batch_size=2, shuffle=False).to_list()
@@ -174,16 +168,6 @@ def bucket(
     """
     from .._kernels.bucket import bucket_all, counting_scratch
 
-    given = {"read_ahead": read_ahead, "batch_size": batch_size, "max_tokens": max_tokens, "shuffle": shuffle,
-             "seed": seed}
-    if args:
-        given.update(deprecated_positional("bucket", args, _BUCKET_POSITIONAL, given, _UNSET))
-    if given["read_ahead"] is _UNSET:
-        raise TypeError("bucket() needs read_ahead=<samples per window>")
-    defaults = {"batch_size": None, "max_tokens": None, "shuffle": True, "seed": 0}
-    read_ahead, batch_size, max_tokens, shuffle, seed = (
-        defaults.get(k) if given[k] is _UNSET else given[k] for k in _BUCKET_POSITIONAL
-    )
     ra = as_positive_int(read_ahead, "read_ahead")
     if (batch_size is None) == (max_tokens is None):
         raise TypeError("give exactly one of batch_size (samples per batch) and max_tokens (token budget)")

@@ -176,6 +176,11 @@ class BucketedReadaheadBatchIterator:
     generator, re-reads and re-sorts the window and skips ``num_served`` batches. It refuses
     a state whose ``packlib_config`` differs from this iterator's.
 
+    See Also
+    --------
+    bucket : the same batches of an array of lengths, in one compiled pass.
+    pack_stream : packs to a capacity instead of batches.
+
     Examples
     --------
     >>> it = BucketedReadaheadBatchIterator(["aaa", "b", "cc", "dddd"], read_ahead=4, key=len, batch_size=2, shuffle=False)

@@ -14,9 +14,8 @@ from .._validate import (
 )
 
 _REMAINDERS = ("repeat", "drop")
-_GOLDEN = 0x9E3779B97F4A7C15
-# Below this many batches per window, Python's own Random.shuffle (~0.1-0.2 us per batch) is
-# cheaper than moving the Mersenne Twister state into the kernel and back (~60 us measured).
+# Below this many batches per window, Python's own Random.shuffle is cheaper than moving the
+# Mersenne Twister state into the kernel and back.
 _KERNEL_SHUFFLE_MIN = 768
 
 

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable
 
+from .._deprecation import deprecate_positional_args
+from .._kernels.splitmix import GAMMA
 from .._validate import (
     as_bool,
     as_depth,
@@ -10,12 +12,9 @@ from .._validate import (
     as_nonnegative_int,
     as_positive_int,
     as_seed,
-    deprecated_positional,
     seed_to_int64,
 )
-from ._batches import _UNSET
 from ._iterator import _check_state, _Source
-from ._shared import _GOLDEN
 
 
 class PackStream:
@@ -141,7 +140,7 @@ class PackStream:
         if self._shuffle and packs.num_packs > 1:
             from .._kernels.rng import permutation
 
-            s = (self._seed + (window + 1) * _GOLDEN) % 2**64
+            s = (self._seed + (window + 1) * GAMMA) % 2**64
             packs = packs.take(permutation(packs.num_packs, seed_to_int64(s)))
         ix, off = packs.indices.tolist(), packs.offsets.tolist()
         return [[items[i] for i in ix[off[p] : off[p + 1]]] for p in range(len(off) - 1)]
@@ -151,18 +150,16 @@ class PackStream:
         return f"PackStream(max_sequence_length={f['max_sequence_length']}, read_ahead={f['read_ahead']}, method={f['method']!r})"
 
 
-_PACK_STREAM_POSITIONAL = ("read_ahead", "key", "method", "max_sequences_per_pack", "seed")
-
-
+@deprecate_positional_args(names=("read_ahead", "key", "method", "max_sequences_per_pack", "seed"))
 def pack_stream(
     source: Iterable,
     max_sequence_length: int,
-    *args,
-    read_ahead: int = _UNSET,
-    key: Callable[[Any], int] = _UNSET,
-    method: str = _UNSET,
-    max_sequences_per_pack: int | None = _UNSET,
-    seed: int = _UNSET,
+    *,
+    read_ahead: int,
+    key: Callable[[Any], int] = len,
+    method: str = "bfd",
+    max_sequences_per_pack: int | None = None,
+    seed: int = 0,
     shuffle: bool = True,
 ) -> PackStream:
     """Pack a stream window by window: read ``read_ahead`` items, bin-pack them by length,
@@ -181,8 +178,8 @@ def pack_stream(
     method : {"bfd", "ffd"}, default "bfd"
         A per-sequence method of :mod:`packlib.methods` (:func:`packlib.bfd_pack` or
         :func:`packlib.ffd_pack`).
-    max_sequences_per_pack : int or None
-        Depth limit.
+    max_sequences_per_pack : int or None, default None
+        Depth limit (``None``: unlimited).
     seed : int, default 0
         Seed of the per-window shuffle of the packs.
     shuffle : bool, default True
@@ -198,19 +195,17 @@ def pack_stream(
     -----
     Everything after ``max_sequence_length`` is keyword-only (the house convention). The
     old positional order (``read_ahead, key, method, max_sequences_per_pack, seed``) still
-    works for one release, with a ``DeprecationWarning``; in the next one the third
-    positional argument becomes ``max_sequences_per_pack``.
+    works until packlib 0.4, with a ``DeprecationWarning``; then the third positional
+    argument becomes ``max_sequences_per_pack``.
+
+    See Also
+    --------
+    bucket : batches of similar length instead of packs.
+    packlib.bfd_pack : the same packing of a whole array at once.
 
     Examples
     --------
     >>> [[len(s) for s in p] for p in pack_stream(["aaa", "bb", "c", "dddd"], 5, read_ahead=4, shuffle=False)]
     [[4, 1], [3, 2]]
     """
-    given = {"read_ahead": read_ahead, "key": key, "method": method, "max_sequences_per_pack": max_sequences_per_pack, "seed": seed}
-    if args:
-        given.update(deprecated_positional("pack_stream", args, _PACK_STREAM_POSITIONAL, given, _UNSET))
-    defaults = {"read_ahead": None, "key": len, "method": "bfd", "max_sequences_per_pack": None, "seed": 0}
-    v = {k: defaults[k] if given[k] is _UNSET else given[k] for k in _PACK_STREAM_POSITIONAL}
-    return PackStream(
-        source, max_sequence_length, v["read_ahead"], v["key"], v["method"], v["max_sequences_per_pack"], v["seed"], shuffle
-    )
+    return PackStream(source, max_sequence_length, read_ahead, key, method, max_sequences_per_pack, seed, shuffle)

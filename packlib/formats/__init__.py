@@ -3,7 +3,8 @@
 Submodules (each imported on first use; optional dependencies only inside them):
 
 - :mod:`~packlib.formats.tfrecord`: TFRecord files with masked CRC-32C, no TensorFlow.
-- :mod:`~packlib.formats.example`: ``tf.train.Example`` encode/decode by hand.
+- :mod:`~packlib.formats.example`: ``tf.train.Example`` encode/decode by hand (the codec
+  TFRecord and MLPerf BERT use).
 - :mod:`~packlib.formats.mlperf_bert`: unpacked -> packed MLPerf BERT records, and the
   ``python -m packlib mlperf-bert`` command.
 - :mod:`~packlib.formats.hdf5`: Cerebras-style GPT HDF5 files (needs ``h5py``).
@@ -29,9 +30,9 @@ _EXPORTS = {
     "iter_tfrecord": "tfrecord",
     "masked_crc32c": "tfrecord",
     "crc32c": "tfrecord",
-    "encode_example": "example",
-    "decode_example": "example",
-    "Schema": "example",
+    "encode_example": "_example",
+    "decode_example": "_example",
+    "Schema": "_example",
     "BertSequences": "mlperf_bert",
     "write_hdf5": "hdf5",
     "read_hdf5": "hdf5",

@@ -211,12 +211,14 @@ def _compression(path, compression):
 
 
 def _frame_error(err: int, path, rec: int, offset: int, buf: np.ndarray) -> str:
+    from .._kernels.formats import BAD_LENGTH_CRC, TRUNCATED_HEADER
+
     left = buf.size - offset
-    if err == 1:
+    if err == TRUNCATED_HEADER:
         what = f"truncated record header: the file is truncated (a header needs 12 bytes, only {left} left)"
-    elif err == 2:
+    elif err == BAD_LENGTH_CRC:
         what = "bad length CRC (the length field is corrupted)"
-    else:
+    else:  # TRUNCATED_DATA
         declared = int.from_bytes(buf[offset:offset + 8].tobytes(), "little")
         what = (f"truncated record: the file is truncated (the header declares {declared:,} bytes of data "
                 f"and a 4-byte CRC, only {max(left - 12, 0):,} bytes follow it)")

@@ -23,10 +23,9 @@ Worked example: one row of 12 with documents of lengths 3, 2, 4 (and 3 padding):
 """
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 
+from .._deprecation import deprecated_call
 from .._validate import as_bool, as_int, as_int_array, as_lengths, as_positive_int, check_total, exact_sum
 from .._validate import memory_errors_as_value_errors as _fits_memory
 
@@ -55,21 +54,28 @@ def _lengths(lengths, name: str = "lengths") -> np.ndarray:
     return as_lengths(lengths, None, name)
 
 
-def _row(lengths, max_sequence_length, row_length=None, func: str = "") -> tuple[np.ndarray, int]:
-    """Lengths and the row width: ``max_sequence_length`` (the house name of a pack's
-    capacity), or ``row_length=`` (this module's former keyword; deprecated)."""
-    if row_length is not None:
-        if max_sequence_length is not None:
-            raise TypeError(f"{func}() got the row width twice: pass max_sequence_length only")
-        warnings.warn(
-            f"{func}(row_length=...) is deprecated and will be removed in the next release; "
-            "pass max_sequence_length=... (or the width as the second argument)",
-            DeprecationWarning,
-            stacklevel=3,
-        )
-        max_sequence_length = row_length
-    if max_sequence_length is None:
-        raise TypeError(f"{func}() needs max_sequence_length (the row width in tokens)")
+def _row_length_renamed(width_at: int):
+    """``row_length=`` (this module's former keyword) for ``max_sequence_length``, the house
+    name of a pack's capacity and the ``width_at``-th positional parameter."""
+
+    def decorate(f):
+        def rewrite(args, kwargs):
+            if "row_length" not in kwargs:
+                return None
+            kwargs = dict(kwargs)
+            width = kwargs.pop("row_length")
+            if len(args) > width_at or "max_sequence_length" in kwargs:
+                raise TypeError(f"{f.__name__}() got the row width twice: pass max_sequence_length only")
+            return (args, {**kwargs, "max_sequence_length": width}, f"{f.__name__}(row_length=...)",
+                    "pass max_sequence_length=... (or the width as the second argument)")
+
+        return deprecated_call(rewrite)(f)
+
+    return decorate
+
+
+def _row(lengths, max_sequence_length) -> tuple[np.ndarray, int]:
+    """Lengths and the row width ``max_sequence_length``, checked."""
     lens = _lengths(lengths)
     T = as_positive_int(max_sequence_length, "max_sequence_length")
     if int(lens.sum()) > T:
@@ -171,8 +177,9 @@ def seq_idx(lengths) -> np.ndarray:
     return np.repeat(np.arange(lens.size, dtype=np.int32), lens)
 
 
+@_row_length_renamed(1)
 @_fits_memory
-def mlperf_input_mask(lengths, max_sequence_length: int | None = None, *, row_length: int | None = None) -> np.ndarray:
+def mlperf_input_mask(lengths, max_sequence_length: int) -> np.ndarray:
     """MLPerf packed BERT ``input_mask``: document index ``1..k`` per token, 0 = padding.
 
     Parameters
@@ -180,47 +187,49 @@ def mlperf_input_mask(lengths, max_sequence_length: int | None = None, *, row_le
     lengths : 1-D int array
         Document lengths (>= 1), in order.
     max_sequence_length : int
-        The row's width in tokens (at least ``sum(lengths)``).
-    row_length : int, optional
-        Deprecated spelling of ``max_sequence_length``.
+        The row's width in tokens (at least ``sum(lengths)``). ``row_length=``, its former
+        spelling, still works until packlib 0.4, with a ``DeprecationWarning``.
     """
-    lens, T = _row(lengths, max_sequence_length, row_length, "mlperf_input_mask")
+    lens, T = _row(lengths, max_sequence_length)
     out = np.zeros(T, dtype=np.int64)
     out[: int(lens.sum())] = np.repeat(np.arange(1, lens.size + 1), lens)
     return out
 
 
+@_row_length_renamed(1)
 @_fits_memory
-def attention_span(lengths, max_sequence_length: int | None = None, *, row_length: int | None = None) -> np.ndarray:
+def attention_span(lengths, max_sequence_length: int) -> np.ndarray:
     """Cerebras ``attention_span``: counts down to each document's end (``n-1 .. 0``), 0 = padding.
 
     Parameters as for :func:`mlperf_input_mask`.
     """
-    lens, T = _row(lengths, max_sequence_length, row_length, "attention_span")
+    lens, T = _row(lengths, max_sequence_length)
     out = np.zeros(T, dtype=np.int64)
     out[: int(lens.sum())] = np.repeat(lens, lens) - 1 - position_ids(lens)
     return out
 
 
+@_row_length_renamed(1)
 @_fits_memory
-def torchtune_seq_lens(lengths, max_sequence_length: int | None = None, *, row_length: int | None = None) -> np.ndarray:
+def torchtune_seq_lens(lengths, max_sequence_length: int) -> np.ndarray:
     """torchtune ``seq_lens``: the documents, then the padding as one last "sequence".
 
     Parameters as for :func:`mlperf_input_mask`.
     """
-    lens, T = _row(lengths, max_sequence_length, row_length, "torchtune_seq_lens")
+    lens, T = _row(lengths, max_sequence_length)
     pad = T - int(lens.sum())
     return np.concatenate((lens, [pad])) if pad else lens.copy()
 
 
+@_row_length_renamed(1)
 @_fits_memory
-def torchtune_input_pos(lengths, max_sequence_length: int | None = None, *, row_length: int | None = None) -> np.ndarray:
+def torchtune_input_pos(lengths, max_sequence_length: int) -> np.ndarray:
     """torchtune ``input_pos``: positions per document; padding positions keep counting
     from the last document's end.
 
     Parameters as for :func:`mlperf_input_mask`.
     """
-    lens, T = _row(lengths, max_sequence_length, row_length, "torchtune_input_pos")
+    lens, T = _row(lengths, max_sequence_length)
     pos = position_ids(lens)
     pad = T - pos.size
     last = int(pos[-1]) + 1 if pos.size else 0
@@ -322,9 +331,10 @@ def megatron_thd(lengths, *, pad_to_multiple_of: int = 1) -> dict:
             "total_tokens": int(padded.sum())}
 
 
+@_row_length_renamed(2)
 @_fits_memory
-def torchtune_pack(tokens, lengths, max_sequence_length: int | None = None, *, labels=None, padding_idx: int = 0,
-                   ignore_index: int = -100, row_length: int | None = None) -> dict:
+def torchtune_pack(tokens, lengths, max_sequence_length: int, *, labels=None, padding_idx: int = 0,
+                   ignore_index: int = -100) -> dict:
     """One packed row as torchtune's ``PackedDataset`` yields it: ``tokens`` (padded with
     ``padding_idx``), ``labels`` (padded with ``ignore_index``; default: the tokens),
     ``input_pos`` and ``seq_lens``, all int64.
@@ -339,11 +349,9 @@ def torchtune_pack(tokens, lengths, max_sequence_length: int | None = None, *, l
         Default: the tokens.
     padding_idx, ignore_index : int
         Padding of ``tokens`` and of ``labels`` (exact integers).
-    row_length : int, optional
-        Deprecated spelling of ``max_sequence_length``.
     """
     tok, lens = _tokens(tokens, lengths)
-    _, T = _row(lens, max_sequence_length, row_length, "torchtune_pack")
+    _, T = _row(lens, max_sequence_length)
     padding_idx = as_int(padding_idx, "padding_idx", minimum=-(2**63), maximum=2**63 - 1)
     ignore_index = as_int(ignore_index, "ignore_index", minimum=-(2**63), maximum=2**63 - 1)
     lab = tok if labels is None else _tokens(labels, lens, "labels")[0]

@@ -29,12 +29,15 @@ Every bound comes with a :class:`Certificate`: integer prices per length and a
 denominator that bounds every pack's price sum, checkable by a plain knapsack DP without
 packlib (``tests/naive_certificate.py``).
 
-Long context (``L > 1024``): the LP has up to ~10**5 rows and each pricing round ~10**10
-DP cells, so neither the LP nor NNLSHP is run. The bound is the best of the Martello-Toth
-L2 family (a dual-feasible function: long sequences priced 1, short ones 0, the rest by
-length), verified exactly, which on real length distributions equals the LP optimum; the
-plan comes from the exact-fill packer (:func:`packlib._kernels.optimal.exact_fill`). See
-``docs/optimal.md``.
+Long context (``L > 1024``): the LP of the whole histogram has up to ~10**5 rows and each
+pricing round ~10**10 DP cells, so it is not run (nor NNLSHP) unless affordable. The bound
+is the best of the Martello-Toth L2 family (a dual-feasible function: long sequences priced
+1, short ones 0, the rest by length), verified exactly, which on real length distributions
+equals the LP optimum; the plan comes from the exact-fill packer
+(:func:`packlib._kernels.optimal.exact_fill`). With a depth limit, the LPs of the histogram
+coarsened to grids of 1,024 to 8,192 units run in turn while the gap stays open
+(:mod:`packlib.optimal._relaxed`): a bound from the grid rounded down, a plan from the grid
+rounded up. See ``docs/optimal.md``.
 """
 from __future__ import annotations
 
@@ -48,7 +51,7 @@ from ..packing import _histogram_args, histogram_signature
 from . import _tuning
 from . import _relaxed
 from ._certificates import _best_certificate, _l2_certificate, _simple_bounds, _simple_certificates, _verified
-from ._results import Certificate, LowerBound
+from ._results import FINISHED, TIME_LIMIT, Certificate, LowerBound
 from ._solver import _dense_to_csr, _Plan, _Solver
 
 __all__ = ["Certificate", "LowerBound", "lower_bound", "optimal_pack"]
@@ -84,7 +87,8 @@ def lower_bound(histogram, max_sequence_length: int | None = None, max_sequences
     max_sequence_length : int, optional
         Pack capacity; defaults to ``len(histogram)``.
     max_sequences_per_pack : int or None, default 3
-        Depth limit; ``None`` for unlimited.
+        Depth limit; ``None`` for unlimited. (Histogram packers default to the paper's 3,
+        docs/design.md "Defaults": their results compare with the paper's tables there.)
 
     Returns
     -------
@@ -102,6 +106,14 @@ def lower_bound(histogram, max_sequence_length: int | None = None, max_sequences
     pricing DP takes ``O(L^2 * D)`` time and bytes per round. Above ``L = 1024`` (long
     context) the LP is not solved: the bound is the best L2 bound (see the module docs),
     ``O(L)`` plus an exact check of its certificate.
+
+    See Also
+    --------
+    optimal_pack : a plan within the gap of this bound.
+
+    References
+    ----------
+    As for :func:`optimal_pack`: Gilmore and Gomory (1961), Martello and Toth (1990).
 
     Examples
     --------
@@ -164,11 +176,24 @@ def optimal_pack(
         ``plan.status``: ``0`` finished normally (always when ``gap == 0``), ``1``
         stopped by ``time_limit`` with a gap left, ``2`` column generation reached its
         round limit; ``plan.message`` says so in a sentence. ``plan.info`` holds
-        ``"bound"`` (the :class:`LowerBound` again),
-        ``"source"`` (which step produced the plan: ``"lp-rounding"``, ``"lpfhp"``,
-        ``"spfhp"``, ``"nnls"`` or ``"fill"``), ``"heuristics"`` (packs of each heuristic, by registry
-        name),
-        ``"seconds"``.
+        ``"bound"`` (the :class:`LowerBound` again), ``"source"`` (which step produced the
+        plan: ``"lp-rounding"``, ``"lpfhp"``, ``"spfhp"``, ``"nnls"``, ``"fill"`` (with
+        ``info["fill"]``, the exact-fill variant) or ``"grid"`` (long context with a depth
+        limit: the rounding of a grid's LP, with ``info["grid"]``)), ``"heuristics"``
+        (packs of each heuristic, by registry name), ``"seconds"``.
+
+    See Also
+    --------
+    lower_bound : the bound alone.
+    nnls_pack, lpfhp_pack : the heuristics it starts from.
+    compare : every method side by side.
+
+    References
+    ----------
+    .. [1] P. C. Gilmore, R. E. Gomory, "A linear programming approach to the cutting-stock
+       problem", Operations Research 9(6), 1961.
+    .. [2] S. Martello, P. Toth, "Lower bounds and reduction procedures for the bin packing
+       problem", Discrete Applied Mathematics 28(1), 1990.
 
     Examples
     --------
@@ -222,10 +247,7 @@ def _greedy_names(h: np.ndarray, L: int) -> tuple[str, ...]:
 
 def _close_enough(packs: int, bound: int) -> bool:
     """Within 0.01 % of the bound, or one pack."""
-    return packs - bound <= max(1, bound // 10_000)
-
-
-LP_MARGIN = 0.05  # share of the time left that the grid LPs leave to the steps after them
+    return packs - bound <= max(1, bound // _tuning.CLOSE_ENOUGH)
 
 
 def _close_depth_gap(solver: _Solver) -> None:
@@ -249,7 +271,7 @@ def _close_depth_gap(solver: _Solver) -> None:
     # the fill of its rest, the certificates) then fits in the time limit as well
     lp_deadline = solver.deadline
     if lp_deadline is not None:
-        lp_deadline -= LP_MARGIN * max(lp_deadline - time.perf_counter(), 0.0)
+        lp_deadline -= _tuning.LP_MARGIN * max(lp_deadline - time.perf_counter(), 0.0)
     last_plan = max((i for i, step in enumerate(steps) if step[2]), default=-1)
     for i, (K, bound_side, plan_side) in enumerate(steps):
         bound = _best_certificate(base + solver.extra_certificates).bound
@@ -317,13 +339,13 @@ def _best_plan(solver, found, lb, h, L, user_depth, t0) -> PackingPlan:
     gap = packs - lb.bound
     summary = f"{packs:,} packs, {gap:,} above the proven lower bound {lb.bound:,}"
     if gap == 0:
-        status, message = 0, f"{summary}: optimal"
-    elif lb.status == 1 or solver.stopped:
-        status, message = 1, f"{summary}; stopped by the time limit (a longer run may close the gap)"
-    elif lb.status != 0:
+        status, message = FINISHED, f"{summary}: optimal"
+    elif lb.status == TIME_LIMIT or solver.stopped:
+        status, message = TIME_LIMIT, f"{summary}; stopped by the time limit (a longer run may close the gap)"
+    elif lb.status != FINISHED:
         status, message = lb.status, f"{summary}; {lb.message}"
     else:
-        status, message = 0, f"{summary}"
+        status, message = FINISHED, f"{summary}"
     plan = PackingPlan.from_ragged(items, offsets, counts, L, user_depth, method="optimal", lower_bound=lb.bound,
                                    info=info, bound=lb, status=status, message=message)
     if not np.array_equal(plan.histogram(), h):  # pragma: no cover - internal consistency

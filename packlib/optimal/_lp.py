@@ -110,7 +110,7 @@ class _Master:
 
             H = _core._Highs()
             H.setOptionValue("output_flag", False)
-            if primal:  # new columns keep the basis primal feasible: 3x faster on the grid LPs
+            if primal:  # new columns keep the basis primal feasible, so primal simplex restarts from it
                 H.setOptionValue("simplex_strategy", 4)
             m = self.present.size
             H.addRows(m, self.b, np.full(m, H.getInfinity()), 0,
@@ -171,9 +171,8 @@ class _Master:
             H.setOptionValue("time_limit", float(H.getRunTime() + left) if np.isfinite(left) else np.inf)
             # a big seeded master of deep patterns (the finest grid's LP at depth >= 16) is
             # solved first by interior point, with crossover to a basis the later rounds'
-            # primal simplex starts from: that grid's LPs take 10 s instead of 20 s at
-            # L = 32,768, depth 16, and 31 s instead of 44 s at 131,072, depth 32; at
-            # depth 3-8 simplex is as fast or faster (18.7 s instead of 23.1 s at 32,768)
+            # primal simplex starts from (faster there; at depth 3-8 simplex is as fast or
+            # faster: docs/optimal.md)
             ipm = self.primal and self.deep and self.solves == 0 and self.n_cols >= _tuning.IPM_COLUMNS
             H.setOptionValue("solver", "ipm" if ipm else "simplex")
             H.run()

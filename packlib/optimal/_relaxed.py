@@ -32,19 +32,13 @@ import numpy as np
 
 from ._certificates import _MAX_DENOMINATOR
 from ._results import Certificate, _certificate
-from ._solver import DEPTH_MODES, _dense_to_csr, _fill_plan, _Solver
-
-GRIDS = (1024, 2048, 4096, 8192)  # grid sizes tried in turn while the gap stays open (fixed: deterministic)
-GRID_WORK = 6.5e8  # ... a grid is skipped when its LPs' work (grid_work) is above this times time_goal(L) / 10 s
-
+from . import _tuning
+from ._solver import _dense_to_csr, _fill_plan, _Solver
 
 def time_goal(L: int) -> float:
-    """Issue 30's time goals on a 2-core machine, in seconds: 8k 10, 16k-32k 20, 128k 60
-    (64k: 40)."""
-    return 10.0 if L <= 8192 else 20.0 if L <= 32768 else 40.0 if L <= 65536 else 60.0
-
-
-PLAN_SHARE = 0.7  # ... of that work the plan side's finest grid may take (the bound side's grid then takes the rest)
+    """The seconds the grid LPs are sized for at capacity ``L`` (on a 2-core machine; the
+    battery of docs/optimal.md measures the packer against these goals)."""
+    return next((goal for top, goal in _tuning.TIME_GOALS if L <= top), _tuning.LONGEST_TIME_GOAL)
 
 
 def grid_work(K: int, depth: int, L: int, sides: int | None = None) -> float:
@@ -67,13 +61,13 @@ def plan_work(K: int, depth: int, L: int) -> float:
 
 
 def _budget(L: int) -> float:
-    return GRID_WORK * time_goal(L) / 10
+    return _tuning.GRID_WORK * time_goal(L) / 10
 
 
 def grid_affordable(K: int, depth: int, L: int) -> bool:
     """Whether the LPs on a grid of ``K`` units (both sides) are cheap enough for ``L``:
     they fit its time goal, with the coarser grids' before them."""
-    return K <= GRIDS[0] or grid_work(K, depth, L) <= _budget(L)
+    return K <= _tuning.GRIDS[0] or grid_work(K, depth, L) <= _budget(L)
 
 
 def grid_schedule(L: int, depth: int) -> list[tuple[int, bool, bool]]:
@@ -88,13 +82,13 @@ def grid_schedule(L: int, depth: int) -> list[tuple[int, bool, bool]]:
 
     The grids between are skipped: a fine grid's LP started from the coarsest one's
     patterns ends as well and sooner."""
-    K0 = min(GRIDS[0], L)
+    K0 = min(_tuning.GRIDS[0], L)
     steps = [(K0, True, True)]
     budget = _budget(L)
-    if L <= GRIDS[-1] and grid_work(L, depth, L) <= budget:
+    if L <= _tuning.GRIDS[-1] and grid_work(L, depth, L) <= budget:
         return steps + [(L, True, True)] if L > K0 else steps
-    finer = [K for K in GRIDS if K0 < K < L]
-    plan = max([K for K in finer if plan_work(K, depth, L) <= PLAN_SHARE * budget], default=K0)
+    finer = [K for K in _tuning.GRIDS if K0 < K < L]
+    plan = max([K for K in finer if plan_work(K, depth, L) <= _tuning.PLAN_SHARE * budget], default=K0)
     both = max([K for K in finer if 2 * K <= plan and grid_work(K, depth, L) <= budget], default=K0)
     if both == K0 and plan > K0 and grid_work(plan, depth, L) <= budget:
         both = plan  # no grid between: both sides on the plan's
@@ -120,11 +114,11 @@ def _coarse_histogram(h: np.ndarray, units: np.ndarray, K: int) -> np.ndarray:
 
 def _coarse_solver(hk: np.ndarray, K: int, depth: int, deadline, seeds=None):
     """The LP of the coarse histogram, seeded by the greedy packers, the exact fill and
-    ``seeds`` (patterns of units; not NNLSHP: seconds at ``K = 1024``)."""
+    ``seeds`` (patterns of units; not NNLSHP, too slow on grids this fine)."""
     solver = _Solver(hk, K, depth, deadline, nnls=False)
-    # seeded as in issue 22: fill 5's packs seed these LPs worse (at L = 8,192, depth 3,
-    # 41 pricing rounds instead of 36, 35 % slower)
-    solver.fill_modes = DEPTH_MODES[:4]
+    # seeded without the last fill mode: its packs seed these LPs worse (more pricing
+    # rounds; docs/optimal.md)
+    solver.fill_modes = _tuning.SHORT_CONTEXT_DEPTH_MODES
     # without the exchanges' repair: it only seeds these LPs, and cost more than the LP at
     # L = 32,768, depth 16 (docs/optimal.md)
     solver.repair = False
@@ -195,16 +189,13 @@ def grid_certificate(h: np.ndarray, L: int, depth: int, K: int, deadline, last=N
     return cert, (K, _used_patterns(solver))
 
 
-INTERPOLATION_WORK = 1.5e8  # ... the interpolated certificate's DP runs when its work is below this times time_goal(L)
-
-
 def interpolated_certificate(h: np.ndarray, L: int, depth: int, cert: Certificate | None) -> Certificate | None:
     """The grid certificate ``cert``'s prices drawn as a line between units: a length
     ``l``, ``t = l * K / L - u`` of the way from unit ``u = floor(l * K / L)`` to ``u + 1``,
     is priced ``(1 - t) * p[u] + t * p[u + 1]`` instead of ``p[u]``. Every length is priced
     at least as before, and the best pack over tokens is worth the same on the grid's LP
     duals (a pack that gains on the line pays for it in tokens, at the rate the prices rise
-    between units), so the bound rises by what the grid rounded away: on issue 30's rows,
+    between units), so the bound rises by what the grid rounded away: on the battery's rows,
     half to all of the way to the plan side's LP (docs/optimal.md). The claim is over tokens
     (no grid), its denominator the exact DP (``_certify``), which only runs when it is cheap:
     only the lengths priced above every shorter one enter it. None when not affordable."""
@@ -221,7 +212,7 @@ def interpolated_certificate(h: np.ndarray, L: int, depth: int, cert: Certificat
     y = (1.0 - t) * unit_price[u] + t * unit_price[u + 1]
     present = y[h > 0]
     rising = int(np.count_nonzero(present > np.maximum.accumulate(np.concatenate([[0.0], present]))[:-1]))
-    if float(rising) * (depth + 1) * L > INTERPOLATION_WORK * time_goal(L):
+    if float(rising) * (depth + 1) * L > _tuning.INTERPOLATION_WORK * time_goal(L):
         return None
     return _certify(y, h, L, depth)
 
@@ -244,10 +235,6 @@ def verified_grid(cert: Certificate | None) -> Certificate | None:
     return cert if value <= cert.denominator else None
 
 
-ROUNDINGS = 3  # the plan side's LP is solved again on what its rounding left, at most this many times
-REST_GRID = 2048  # ... on a grid of at most this many units
-
-
 def grid_plan(h: np.ndarray, L: int, depth: int, K: int, deadline, last=None, solved=None, target: int = 0,
               roundings: int | None = None):
     """A plan from the coarse (up) LP rounded down to whole packs; what that leaves is
@@ -265,13 +252,13 @@ def grid_plan(h: np.ndarray, L: int, depth: int, K: int, deadline, last=None, so
     parts, rest = [], h
     best = None
     k = K
-    for i in range((ROUNDINGS if roundings is None else roundings) + 1):
+    for i in range((_tuning.ROUNDINGS if roundings is None else roundings) + 1):
         if i:
-            # the rest's own LP, on a grid of at most REST_GRID units: it needs a few
+            # the rest's own LP, on a grid of at most _tuning.REST_GRID units: it needs a few
             # thousand packs, which a coarser grid rounds as well, and sooner (the same
             # master restarted from its basis with the rest as demand spreads it over
             # thousands of patterns, each below one copy: nothing to round)
-            k = min(K, REST_GRID)
+            k = min(K, _tuning.REST_GRID)
             again = grid_lp(rest, L, depth, k, deadline, used if k == K else None, up=True)
             if again is None or again[0].x is None:
                 break

@@ -7,6 +7,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 
+# statuses of LowerBound and of optimal_pack's plan (``status``), one name each
+FINISHED = 0  # the LP solved, its ceiling proven, or not needed
+TIME_LIMIT = 1  # stopped by time_limit
+ROUND_LIMIT = 2  # stopped by the limit on LP rounds (_tuning.MAX_ROUNDS)
+
+
 @dataclass(frozen=True, repr=False)
 class Certificate:
     """A proof of a lower bound on the number of packs that anyone can check.
@@ -143,8 +149,8 @@ class LowerBound:
 
     @property
     def success(self) -> bool:
-        """``status == 0``."""
-        return self.status == 0
+        """``status == 0`` (finished)."""
+        return self.status == FINISHED
 
     def __int__(self) -> int:
         return self.bound

@@ -5,6 +5,7 @@ import time
 
 import numpy as np
 
+from .._kernels.fill_modes import EVEN_PAIR
 from .._plan import PackingPlan, csr_to_dense
 from ..packing import _lpfhp, _nnls, _spfhp
 from . import _tuning
@@ -24,7 +25,7 @@ from ._lp import (
     _Master,
     _max_items,
 )
-from ._results import LowerBound
+from ._results import FINISHED, ROUND_LIMIT, TIME_LIMIT, LowerBound
 
 
 def _long_context(h: np.ndarray, L: int, depth: int | None) -> bool:
@@ -41,9 +42,6 @@ def _long_context(h: np.ndarray, L: int, depth: int | None) -> bool:
     return float(copies.sum()) * layers * (L + 1) > _tuning.LP_WORK
 
 
-DEPTH_MODES = (3, 2, 0, 4, 5)  # the exact-fill variants tried with a depth limit (exact_fill's modes)
-
-
 def _fill_plan(h: np.ndarray, L: int, depth: int | None, modes=None, repair: bool = True):
     """The best of the exact-fill packings (see :func:`packlib._kernels.optimal.exact_fill`)
     as ``(items, offsets, counts, how)`` (CSR: wide packs at long context take the room of
@@ -52,15 +50,15 @@ def _fill_plan(h: np.ndarray, L: int, depth: int | None, modes=None, repair: boo
     from .._kernels.optimal import exact_fill
 
     if depth is None:
-        out, mode = _best_fill(h, L, 0, (2, 0))
+        out, mode = _best_fill(h, L, 0, _tuning.UNLIMITED_MODES)
         return (*out, f"fill {mode}")
-    if modes is None:  # fill 5 (tiny beside huge) at long context only: below, its packs seed the LP worse
-        modes = DEPTH_MODES if L > _tuning.LONG_CONTEXT else DEPTH_MODES[:4]
+    if modes is None:  # TINY_BESIDE_HUGE at long context only: below, its packs seed the LP worse
+        modes = _tuning.DEPTH_MODES if L > _tuning.LONG_CONTEXT else _tuning.SHORT_CONTEXT_DEPTH_MODES
     out, mode = _best_fill(h, L, depth, modes)
     candidates = [(*out, f"fill {mode}")]
-    unlimited = exact_fill(h, L, 0, 2)
+    unlimited = exact_fill(h, L, 0, EVEN_PAIR)
     if np.diff(unlimited[1]).max(initial=0) <= depth:
-        candidates.append((*unlimited, "fill 2"))
+        candidates.append((*unlimited, f"fill {EVEN_PAIR}"))
     elif repair and h.sum() <= _repair_slots(L) * depth * unlimited[2].sum():
         # else the depth binds: (nearly) more sequences than those packs hold
         candidates.append(_repaired(unlimited, L, depth, modes))
@@ -69,9 +67,9 @@ def _fill_plan(h: np.ndarray, L: int, depth: int | None, modes=None, repair: boo
 
 def _repair_slots(L: int) -> float:
     """The share of the unlimited fill's slots (``depth x`` its packs) the sequences may
-    take for the exchanges to run. At long context, above 88 % they never made the plan on
-    issue 30's battery and rows (at 0.89-0.97 the grid LPs did; the exchanges won up to
-    0.83), and they cost seconds the grid LPs need (docs/optimal.md)."""
+    take for the exchanges to run. At long context, above ``REPAIR_SLOTS`` they never made
+    the plan on the battery of docs/optimal.md (the grid LPs did), and they cost time the
+    grid LPs need."""
     return _tuning.REPAIR_SLOTS if L > _tuning.LONG_CONTEXT else 1.0
 
 
@@ -88,7 +86,7 @@ def _best_fill(h: np.ndarray, L: int, D: int, modes):
     return best
 
 
-def _repaired(unlimited, L: int, depth: int, modes=DEPTH_MODES):
+def _repaired(unlimited, L: int, depth: int, modes):
     """The unlimited fill made to respect the depth limit by exchanges
     (:func:`packlib._kernels.exchange.depth_repair`), what no exchange fixed packed again
     by the depth-aware fill: ``(items, offsets, counts, how)``."""
@@ -97,14 +95,14 @@ def _repaired(unlimited, L: int, depth: int, modes=DEPTH_MODES):
     items, offsets, cnt, residual = depth_repair(*unlimited, L, depth)
     if np.diff(offsets).max(initial=0) > depth:  # pragma: no cover - kernel invariant
         raise RuntimeError("depth_repair left a pack over the depth limit; please report this")
-    how = "fill 2 + exchanges"
+    how = f"fill {EVEN_PAIR} + exchanges"
     if residual.any():
         best = None
         # (where the exchanges leave a tenth of the sequences or more, the depth binds and
         # the grid LPs make the plan; below long context, the LP's rounding does: the mixes
         # would only cost time)
         few = 10 * residual.sum() < cnt @ np.diff(offsets) + residual.sum()
-        mixes = MIXES if few and L > _tuning.LONG_CONTEXT else MIXES[:1]
+        mixes = _tuning.MIXES if few and L > _tuning.LONG_CONTEXT else _tuning.MIXES[:1]
         for wmin, factor in mixes:
             kept, union = _mixed_residual(items, offsets, cnt, residual, depth, wmin, factor)
             (r_items, r_offsets, r_counts), _ = _best_fill(union, L, depth, modes)
@@ -119,11 +117,6 @@ def _repaired(unlimited, L: int, depth: int, modes=DEPTH_MODES):
         if factor:
             how += f" + residual mixed ({wmin}, {factor})"
     return items, offsets.astype(np.int64), cnt, how
-
-
-# what the exchanges leave (``factor * residual`` sequences' worth of free slots taken from
-# packs of at least ``wmin`` sequences, fewest first; factor 0: the residual alone)
-MIXES = ((0, 0), (2, 1), (3, 1), (3, 2), (4, 1))
 
 
 def _mixed_residual(items, offsets, counts, residual, depth, wmin, factor):
@@ -270,7 +263,7 @@ class _Solver:
         cert = _best_certificate(certs)
         lp_bound = 0 if cert is None else cert.bound
         if converged or not lp:
-            status, message = 0, ("LP solved" if converged and lp else "LP not needed") + "; the bound is proven"
+            status, message = FINISHED, ("LP solved" if converged and lp else "LP not needed") + "; the bound is proven"
             if not lp and self.long:
                 message = ("long context: the bound comes from the L2 dual-feasible prices and the simple bounds "
                            "(the LP is not solved); it is proven")
@@ -284,9 +277,9 @@ class _Solver:
             if proven:
                 message = "column generation stopped once the ceiling of the LP was proven; the bound is proven"
         elif timed_out:
-            status, message = 1, "stopped by the time limit before the LP was solved; the bound is proven but may be weaker"
+            status, message = TIME_LIMIT, "stopped by the time limit before the LP was solved; the bound is proven but may be weaker"
         else:
-            status, message = 2, f"stopped after {rounds} LP rounds (the round limit) before the LP was solved; the bound is proven but may be weaker"
+            status, message = ROUND_LIMIT, f"stopped after {rounds} LP rounds (the round limit) before the LP was solved; the bound is proven but may be weaker"
         return LowerBound(
             bound=max(lp_bound, trivial, large, card),
             lp_bound=lp_bound,

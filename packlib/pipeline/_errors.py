@@ -40,3 +40,7 @@ def report_interrupt(exc: KeyboardInterrupt) -> int:
     signum = int(getattr(exc, "signum", signal.SIGINT))
     print(f"interrupted ({signal.Signals(signum).name}); nothing was written", file=sys.stderr)
     return 128 + signum
+
+
+for _cls in (PipelineError, InputError, WorkerDied, VerifyError, Interrupted):
+    _cls.__module__ = "packlib.pipeline"  # tracebacks and pickles name the public path

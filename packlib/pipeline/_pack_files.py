@@ -5,11 +5,11 @@ import json
 import os
 import threading
 import time
-import warnings
 from dataclasses import replace
 
 import numpy as np
 
+from .._deprecation import deprecated_call
 from ._errors import InputError, VerifyError
 from ._result import METADATA_NAME, PackResult, _metadata
 from ._staging import StagedRun, check_output, staging_dir
@@ -22,7 +22,21 @@ _FILE_TARGET_BYTES = 32 << 20  # default output file: about 32 MiB of tokens
 _CACHE_INPUTS = True  # pass 1 copies Parquet shards into Arrow IPC files for pass 2
 
 
-def pack_files(inputs, max_sequence_length=None, max_sequences_per_pack=None, *, output=None, seq_length=None,
+def _output_second(args, kwargs):
+    """``pack_files(inputs, output, max_sequence_length)``, the 0.2 spelling."""
+    if "output" in kwargs or len(args) < 2 or not isinstance(args[1], (str, os.PathLike)):
+        return None
+    if len(args) > 3:
+        raise TypeError(f"pack_files() takes at most 3 positional arguments in the 0.2 spelling, got {len(args)}")
+    kwargs = {**kwargs, "output": args[1]}
+    if len(args) == 2 and "max_sequences_per_pack" in kwargs:  # the capacity in the depth's place
+        kwargs["max_sequence_length"] = kwargs.pop("max_sequences_per_pack")
+    return ((args[0], *args[2:]), kwargs, "pack_files(inputs, output, max_sequence_length), the 0.2 spelling,",
+            "write pack_files(inputs, max_sequence_length, output=...)")
+
+
+@deprecated_call(_output_second)
+def pack_files(inputs, max_sequence_length=None, max_sequences_per_pack=None, *, output, seq_length=None,
                columns=None, method: str = "bfd", overflow: str = "error", engine: str = "local",
                workers: int | None = None, ray_address: str | None = None, rows_per_file: int | None = None,
                seed: int = 0, progress: bool | None = None, verify: bool = True) -> PackResult:
@@ -80,13 +94,6 @@ def pack_files(inputs, max_sequence_length=None, max_sequences_per_pack=None, *,
         SIGTERM or SIGHUP stopped the run; nothing is written, no worker is left running, and
         the caller's signal handlers are as they were.
     """
-    if output is None and isinstance(max_sequence_length, (str, os.PathLike)):
-        # the 0.2 spelling pack_files(inputs, output, max_sequence_length, ...)
-        warnings.warn("pack_files(inputs, output, max_sequence_length) is the 0.2 spelling; write "
-                      "pack_files(inputs, max_sequence_length, output=...)", DeprecationWarning, stacklevel=2)
-        output, max_sequence_length, max_sequences_per_pack = max_sequence_length, max_sequences_per_pack, None
-    if output is None:
-        raise TypeError("pack_files() needs output=<directory> (keyword-only)")
     return _FilesRun(inputs, output, max_sequence_length, max_sequences_per_pack, seq_length=seq_length,
                      columns=columns, method=method, overflow=overflow, engine=engine, workers=workers,
                      ray_address=ray_address, rows_per_file=rows_per_file, seed=seed, progress=progress,

@@ -164,3 +164,6 @@ def read_metadata(directory) -> dict:
             except ValueError as exc:
                 raise InputError(f"{path}: not valid JSON ({exc}); the output directory is damaged") from None
     raise InputError(f"{os.fspath(directory)}: no {METADATA_NAME} (or {LEGACY_METADATA_NAME}): not an output of pack_files")
+
+
+PackResult.__module__ = "packlib.pipeline"  # pickles and reprs name the public path, which never moves

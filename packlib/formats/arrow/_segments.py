@@ -100,3 +100,6 @@ def make_segments(lengths, max_sequence_length, *, overflow="error") -> Segments
     start = k * L
     length = np.minimum(L, lens[row] - start)
     return Segments(row, start, length, dropped, 0)
+
+
+Segments.__module__ = "packlib.formats.arrow"  # pickles and reprs name the public path, which never moves

@@ -77,7 +77,7 @@ def _pack(table, rows_map, L, columns, method, depth, overflow, position_ids, se
 
 
 def pack_table(table, max_sequence_length=None, *, seq_length=None, columns=None, method="bfd",
-               max_sequences_per_pack=None, overflow="error", position_ids=False, seed=None):
+               max_sequences_per_pack=None, overflow="error", position_ids=False, seed=0):
     """Pack the rows of an Arrow table into rows of at most ``max_sequence_length`` tokens.
 
     Parameters
@@ -106,7 +106,7 @@ def pack_table(table, max_sequence_length=None, *, seq_length=None, columns=None
         this default.
     position_ids : bool, default False
         Add a ``position_ids`` column: 0, 1, ... restarting at every segment.
-    seed : int or None, default None (means 0)
+    seed : int, default 0
         Which equal-length segment goes to which packed row (histogram methods only);
         the same input, arguments and seed always give the same table.
 
@@ -165,7 +165,7 @@ def packing_report(table) -> dict:
 
 
 def pack_dataset(dataset, max_sequence_length=None, *, seq_length=None, columns=None, method="bfd",
-                 max_sequences_per_pack=None, overflow="error", position_ids=False, seed=None):
+                 max_sequences_per_pack=None, overflow="error", position_ids=False, seed=0):
     """Pack a Hugging Face ``datasets.Dataset`` (or each split of a ``DatasetDict``), whole.
 
     Takes the same arguments as :func:`pack_table` and returns the same type it was

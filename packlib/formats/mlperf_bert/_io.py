@@ -9,7 +9,7 @@ from ._model import BertSequences, build_packed_features, packed_schema, unpack_
 
 
 def _infer_widths(first_record: bytes, path: str) -> tuple[int, int]:
-    from ..example import decode_example
+    from .._example import decode_example
 
     d = decode_example(first_record, path=path, record=0)
     missing = {"input_ids", "masked_lm_ids"} - set(d)
@@ -123,7 +123,7 @@ def write_packed(path, seqs: BertSequences, packs, start: int = 0, stop: int | N
 
 def read_packed(paths, *, max_sequences_per_pack: int | None = None, compression=None, verify: bool = True) -> BertSequences:
     """Read packed MLPerf BERT files back into the sequences they hold, in order."""
-    from ..example import decode_example
+    from .._example import decode_example
     from ..tfrecord import read_tfrecord
 
     if isinstance(paths, (str, os.PathLike)):

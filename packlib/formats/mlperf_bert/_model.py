@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..._deprecation import deprecate_positional_args
+
 _INT_NAMES = ("input_ids", "input_mask", "masked_lm_ids", "masked_lm_positions",
               "next_sentence_labels", "next_sentence_positions", "positions", "segment_ids")
 _FLOAT_NAMES = ("masked_lm_weights", "next_sentence_weights")
@@ -13,7 +15,7 @@ _FLOAT_NAMES = ("masked_lm_weights", "next_sentence_weights")
 
 def unpacked_schema(max_sequence_length: int = 512, max_predictions: int = 76):
     """The :class:`~packlib.formats.example.Schema` of unpacked MLPerf BERT records."""
-    from ..example import Schema
+    from .._example import Schema
 
     L, P = int(max_sequence_length), int(max_predictions)
     return Schema.of({
@@ -26,7 +28,7 @@ def unpacked_schema(max_sequence_length: int = 512, max_predictions: int = 76):
 def packed_schema(max_sequence_length: int = 512, max_predictions: int = 76, max_sequences_per_pack: int = 3):
     """The schema of packed records: ``L`` tokens, ``max_predictions + k`` prediction
     slots (79 for MLPerf), ``k`` NSP slots."""
-    from ..example import Schema
+    from .._example import Schema
 
     L, k = int(max_sequence_length), int(max_sequences_per_pack)
     M = int(max_predictions) + k
@@ -229,20 +231,19 @@ class BertSequences:
                 f"max_predictions={self.max_predictions})")
 
 
-def synthetic_sequences(num_sequences: int, *args, seed: int = 0, max_sequence_length: int = 512,
+@deprecate_positional_args(names=("seed",))
+def synthetic_sequences(num_sequences: int, *, seed: int = 0, max_sequence_length: int = 512,
                         max_predictions: int = 76) -> BertSequences:
     """Random BERT sequences for tests and benchmarks.
 
     Lengths follow the bundled Wikipedia histogram (rescaled to ``max_sequence_length``);
     each sequence is ``[CLS] A [SEP] B [SEP]`` with random token ids, segment 0 for A and 1
     for B, and ``round(0.15 * length)`` (at most ``max_predictions``, at least 1) masked
-    positions drawn without replacement, sorted.
+    positions drawn without replacement, sorted. The options are keyword-only (``seed`` by
+    position, the 0.2 spelling, still works until packlib 0.4, with a ``DeprecationWarning``).
     """
-    from ..._validate import deprecated_positional
     from ...datasets import wikipedia_512
 
-    if args:  # the 0.2 spelling synthetic_sequences(n, seed)
-        seed = deprecated_positional("synthetic_sequences", args, ("seed",), {"seed": None}, None)["seed"]
     n, L, P = int(num_sequences), int(max_sequence_length), int(max_predictions)
     rng = np.random.default_rng(seed)
     h = wikipedia_512().astype(np.float64)
@@ -275,7 +276,7 @@ def build_packed_features(seqs: BertSequences, packs, start: int = 0, stop: int 
                           max_sequences_per_pack: int = 3):
     """Packed feature matrices ``(ints, floats)`` (``packed_schema`` layout) for packs
     ``start .. stop-1`` of ``packs`` (a :class:`packlib.Packs` over ``seqs``)."""
-    from ..._kernels.formats_bert import build_packed
+    from ..._kernels.formats_bert import TOO_MANY_PREDICTIONS, TOO_MANY_SEQUENCES, TOO_MANY_TOKENS, build_packed
 
     k = int(max_sequences_per_pack)
     schema = packed_schema(seqs.max_sequence_length, seqs.max_predictions, k)
@@ -290,9 +291,10 @@ def build_packed_features(seqs: BertSequences, packs, start: int = 0, stop: int 
                           seqs.max_sequence_length, mlm_slots - 1, k, icol, fcol, ints, floats)
     if err:
         ids = packs[int(p)].tolist()
-        what = {1: f"more than {seqs.max_sequence_length} tokens",
-                2: f"more than {mlm_slots - 1} masked-LM predictions (the reference packer's limit for {mlm_slots} slots)",
-                3: f"more than {k} sequences"}[int(err)]
+        what = {TOO_MANY_TOKENS: f"more than {seqs.max_sequence_length} tokens",
+                TOO_MANY_PREDICTIONS: f"more than {mlm_slots - 1} masked-LM predictions (the reference packer's "
+                                      f"limit for {mlm_slots} slots)",
+                TOO_MANY_SEQUENCES: f"more than {k} sequences"}[int(err)]
         raise ValueError(f"pack {int(p)} (sequences {ids}) holds {what}; pack with a matching max_sequences_per_pack")
     return ints, floats
 
@@ -310,3 +312,6 @@ def unpack_packed(ints: np.ndarray, floats: np.ndarray, schema, *, where: str = 
     if bad >= 0:
         raise ValueError(f"{where}record {int(bad)} is not a well-formed packed MLPerf BERT record")
     return BertSequences(so, tok, seg, mo, mp, mi, nsp, L, M - k)
+
+
+BertSequences.__module__ = "packlib.formats.mlperf_bert"  # pickles and reprs name the public path

@@ -5,10 +5,10 @@ import json
 import os
 import shutil
 import time
-import warnings
 
 import numpy as np
 
+from ..._deprecation import deprecated_call
 from .._errors import VerifyError
 from .._staging import StagedRun, staging_dir
 from ._tasks import BertJob, bert_assemble_task, bert_lengths_task, bert_spill_task, bert_verify_task
@@ -16,7 +16,17 @@ from ._tasks import BertJob, bert_assemble_task, bert_lengths_task, bert_spill_t
 __all__ = ["pack_mlperf_bert"]
 
 
-def pack_mlperf_bert(inputs, max_sequences_per_pack: int = 3, *, output_dir=None, method: str = "nnls",
+def _output_dir_second(args, kwargs):
+    """``pack_mlperf_bert(inputs, output_dir, ...)``, the 0.2 spelling."""
+    if "output_dir" in kwargs or len(args) < 2 or not isinstance(args[1], (str, os.PathLike)):
+        return None
+    return ((args[0], *args[2:]), {**kwargs, "output_dir": args[1]},
+            "pack_mlperf_bert(inputs, output_dir, ...), the 0.2 spelling,",
+            "write pack_mlperf_bert(inputs, max_sequences_per_pack, output_dir=...)")
+
+
+@deprecated_call(_output_dir_second)
+def pack_mlperf_bert(inputs, max_sequences_per_pack: int = 3, *, output_dir, method: str = "nnls",
                      seed: int = 12345, records_per_file: int = 50_000, prefix: str = "packed",
                      compression: str | None = None, engine: str = "local", workers: int | None = 1,
                      ray_address: str | None = None, progress: bool | None = None, verify: bool = True,
@@ -29,6 +39,7 @@ def pack_mlperf_bert(inputs, max_sequences_per_pack: int = 3, *, output_dir=None
         Unpacked TFRecord files, in the order their sequences are numbered (empty files are skipped).
     max_sequences_per_pack : int, default 3
         The capacity is the records' own ``max_sequence_length``, so the depth comes second.
+        3 is MLPerf's depth (its reference packer's, and the paper's; docs/design.md, "Defaults").
     output_dir : path
         Keyword-only. Gets ``<prefix>-NNNNN-of-NNNNN.tfrecord[.gz]`` and
         ``packing_metadata.json`` (the MLPerf keys); created if missing. Files appear only
@@ -51,13 +62,6 @@ def pack_mlperf_bert(inputs, max_sequences_per_pack: int = 3, *, output_dir=None
     dict
         The metadata written to ``packing_metadata.json``.
     """
-    if output_dir is None and isinstance(max_sequences_per_pack, (str, os.PathLike)):
-        # the 0.2 spelling pack_mlperf_bert(inputs, output_dir, max_sequences_per_pack)
-        warnings.warn("pack_mlperf_bert(inputs, output_dir, ...) is the 0.2 spelling; write "
-                      "pack_mlperf_bert(inputs, max_sequences_per_pack, output_dir=...)", DeprecationWarning, stacklevel=2)
-        output_dir, max_sequences_per_pack = max_sequences_per_pack, 3
-    if output_dir is None:
-        raise TypeError("pack_mlperf_bert() needs output_dir=<directory> (keyword-only)")
     return _BertRun(inputs, output_dir, max_sequences_per_pack, method=method, seed=seed,
                     records_per_file=records_per_file, prefix=prefix, compression=compression, engine=engine,
                     workers=workers, ray_address=ray_address, progress=progress, verify=verify, log=log).run()
