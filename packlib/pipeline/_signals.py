@@ -36,12 +36,14 @@ class _Stops:
     def __init__(self):
         self.depth = 0  # armed runs
         self.received = None  # the first stop signal since the outermost run was armed
+        self.count = 0  # stop signals since then
         self.deferring = 0  # cleaning up or publishing: record only
         self.saved = {}  # the caller's handlers
         self.pipe = None  # (read fd, write fd) of the wake-up pipe
         self.old_wakeup = -1
 
     def handler(self, signum, frame):  # noqa: ARG002 - signal's signature
+        self.count += 1
         if self.received is None:
             self.received = signum
 
@@ -49,7 +51,7 @@ class _Stops:
         if threading.current_thread() is not threading.main_thread():
             return False  # only the main thread may set handlers: the caller's stay in force
         if self.depth == 0:
-            self.received, self.deferring = None, 0
+            self.received, self.deferring, self.count = None, 0, 0
             for s in STOP_SIGNALS:
                 previous = signal.getsignal(s)
                 if previous is signal.SIG_IGN:
@@ -94,6 +96,8 @@ class armed:
 
     def __enter__(self):
         self._on = _STOPS.arm()
+        if self._on and _STOPS.depth == 1:
+            pause_at("armed")
         return self
 
     @property
@@ -154,20 +158,23 @@ def drain() -> None:
 
 
 def pause_at(point: str) -> None:
-    """Test hook: with ``PACKLIB_TEST_PAUSE_AT=<point>`` (``<step>:start`` or ``<step>:end``)
+    """Test hook: with ``point`` in ``PACKLIB_TEST_PAUSE_AT`` (comma-separated; a step's
+    ``<step>:start`` or ``<step>:end``; ``armed``: the signals are handled from here on;
+    ``cleanup``: a failed or stopped run's clean-up),
     the driver says so (a line on stderr, and a line in the file ``PACKLIB_TEST_PAUSE_FILE``
-    if set) and waits there, up to ``PACKLIB_TEST_PAUSE_SECONDS`` (default 60) or until a
-    stop signal comes, so that a test can signal it at exactly that point."""
-    if os.environ.get("PACKLIB_TEST_PAUSE_AT") != point:
+    if set) and waits there until a stop signal comes, or ``PACKLIB_TEST_PAUSE_SECONDS``
+    (default 60) pass, so that a test can signal it at exactly that point."""
+    if point not in os.environ.get("PACKLIB_TEST_PAUSE_AT", "").split(","):
         return
+    seen = _STOPS.count
     sys.stderr.write(f"packlib-test: at {point}\n")
     sys.stderr.flush()
     marker = os.environ.get("PACKLIB_TEST_PAUSE_FILE")
     if marker:
         with open(marker, "a", encoding="utf-8") as fh:
-            fh.write(f"{point} {os.getpid()}\n")
+            fh.write(f"{point}\n")
     deadline = time.monotonic() + float(os.environ.get("PACKLIB_TEST_PAUSE_SECONDS", "60"))
-    while time.monotonic() < deadline and received() is None:
+    while time.monotonic() < deadline and _STOPS.count == seen:
         time.sleep(0.005)
 
 

@@ -185,6 +185,8 @@ class StagedRun:
     def __exit__(self, exc_type, exc, tb):
         try:
             with _signals.deferred():
+                if exc_type is not None:
+                    _signals.pause_at("cleanup")
                 self._close(exc_type is not None)
                 shutil.rmtree(self.work, ignore_errors=True)  # failed, or what is left after publishing
         finally:
