@@ -1,22 +1,19 @@
-"""The ``local`` engine: tasks in this process (one worker) or in a process pool."""
+"""The ``local`` engine: tasks in this process (one worker) or in a pool of worker processes."""
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
-import sys
-from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
-from concurrent.futures.process import BrokenProcessPool
 
 from .._progress import progress_bar
-from ._errors import WorkerDied
+from . import _signals
 
 __all__ = ["LocalEngine"]
 
 
 class LocalEngine:
-    """Runs ``fn(*args)`` for each task: in this process when ``workers == 1``, else in a
-    pool of ``workers`` processes (forkserver on Linux, spawn elsewhere; never fork, which
-    would copy the driver's memory and threads). A worker that dies fails the run."""
+    """Runs ``fn(*args)`` for each task: in this process when ``workers == 1`` (a stop
+    signal is acted on between tasks and between the record batches of a task), else in a
+    :class:`~packlib.pipeline._pool.WorkerPool` of ``workers`` processes. A worker that
+    dies fails the run (WorkerDied)."""
 
     name = "local"
 
@@ -24,55 +21,36 @@ class LocalEngine:
         self.workers = int(workers)
         self._pool = None
 
-    def _executor(self):
-        if self._pool is None:
-            method = "forkserver" if sys.platform.startswith("linux") else "spawn"
-            ctx = mp.get_context(method)
-            if method == "forkserver":
-                ctx.set_forkserver_preload(["packlib.pipeline._warm"])
-            from ._tasks import worker_init
-
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=ctx, initializer=worker_init,
-                                             initargs=(os.getpid(),))
-        return self._pool
-
     def map(self, fn, tasks, desc: str, progress=None, unit: str = "task"):
-        """``[fn(*t) for t in tasks]``, in order; the first failure cancels the rest and is raised."""
+        """``[fn(*t) for t in tasks]``, in order; the first failure stops the rest and is raised."""
         tasks = list(tasks)
         with progress_bar(len(tasks), desc, progress, unit=unit) as bar:
             if self.workers <= 1:
                 out = []
                 for t in tasks:
+                    _signals.check()
                     out.append(fn(*t))
                     bar.update(1)
                 return out
-            pool = self._executor()
-            futures = [pool.submit(fn, *t) for t in tasks]
-            pending = set(futures)
+            if self._pool is None:
+                from ._pool import WorkerPool
+                from ._tasks import worker_init
+
+                self._pool = WorkerPool(self.workers, worker_init, (os.getpid(),))
             try:
-                while pending:
-                    done, pending = wait(pending, return_when=FIRST_EXCEPTION)
-                    bar.update(len(done))
-                    for fut in done:
-                        if fut.exception() is not None:
-                            raise fut.exception()
-            except BrokenProcessPool:
+                return self._pool.map(fn, tasks, on_done=lambda: bar.update(1))
+            except BaseException as exc:
+                from ._errors import WorkerDied
+
                 self.close(abort=True)
-                raise WorkerDied(f"a worker process died during {desc} (killed, out of memory or crashed); "
-                                 "nothing was written. Run again, with fewer --workers if memory ran out") from None
-            except BaseException:
-                for fut in pending:
-                    fut.cancel()
+                if isinstance(exc, WorkerDied):
+                    raise WorkerDied(f"a worker process died during {desc} (killed, out of memory or crashed); "
+                                     "nothing was written. Run again, with fewer --workers if memory ran out") from None
                 raise
-            return [f.result() for f in futures]
 
     def close(self, abort: bool = False) -> None:
         """Stop the pool; with ``abort``, kill the workers at once (a failed or interrupted
         run: whatever they were writing is removed with the work directory)."""
         pool, self._pool = self._pool, None
-        if pool is None:
-            return
-        if abort:
-            for proc in list((getattr(pool, "_processes", None) or {}).values()):
-                proc.kill()
-        pool.shutdown(wait=True, cancel_futures=True)
+        if pool is not None:
+            pool.close(abort=abort)

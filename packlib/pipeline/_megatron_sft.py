@@ -5,12 +5,21 @@ The format is one pickled array that Megatron-Bridge loads whole, so the packing
 in memory: the inputs are read batch by batch, only the columns the file needs
 (``input_ids`` and ``loss_mask`` or ``answer_start_idx``), into one Arrow table (about the
 tokens' own bytes), and the file is written a batch of packs at a time.
+
+The file is written in a staging directory beside the output and moved there at the end,
+the metadata list appended only then: SIGINT, SIGTERM and SIGHUP stop the run at the next
+safe point (between read batches, before and after the packing and writing), leaving
+nothing (see ``_signals`` and ``_staging``).
 """
 from __future__ import annotations
 
+import json
+import os
 import re
 
 from ._errors import InputError
+from ._signals import check, stop_point
+from ._staging import StagedRun, staging_dir
 from .readers import expand_inputs, iter_batches, read_schema
 
 __all__ = ["pack_files_megatron_sft"]
@@ -31,7 +40,10 @@ def _read(shards):
         if missing:
             raise InputError(f"{shard.path}: no column {missing[0]!r}, which {shards[0].path} has; every file "
                              "needs the same columns")
-        batches = list(iter_batches(shard, cols))
+        batches = []
+        for batch in iter_batches(shard, cols):
+            check()
+            batches.append(batch)
         starts.append((n, shard.path))
         if batches:
             tables.append(pa.Table.from_batches(batches))
@@ -79,16 +91,30 @@ def pack_files_megatron_sft(inputs, max_sequence_length, max_sequences_per_pack=
     dict
         :func:`~packlib.formats.megatron_sft.write_packed`'s report, with ``files``.
     """
-    from ..formats.megatron_sft import write_packed
+    from ..formats.megatron_sft import _check_paths, _save_atomic, write_packed
 
     shards = expand_inputs(inputs)
     if any(s.kind == "tfrecord" for s in shards):
         raise InputError("--format megatron-sft reads Parquet or Arrow files of tokenised SFT rows, not TFRecords")
-    table, starts = _read(shards)
-    try:
-        report = write_packed(table, max_sequence_length, max_sequences_per_pack, output=output,
-                              metadata_output=metadata_output, method=method, seed=seed, overflow=overflow)
-    except ValueError as exc:
-        raise InputError(_locate(str(exc), starts)) from None
-    report["files"] = len(shards)
+    output, metadata_output, existing = _check_paths(output, metadata_output)
+    output = os.path.abspath(output)
+    with StagedRun(staging_dir(output)) as staged:
+        stop_point("read:start")
+        table, starts = _read(shards)
+        stop_point("read:end")
+        staged_npy = os.path.join(staged.work, os.path.basename(output))
+        stop_point("write:start")
+        try:
+            report = write_packed(table, max_sequence_length, max_sequences_per_pack, output=staged_npy,
+                                  method=method, seed=seed, overflow=overflow)
+        except ValueError as exc:
+            raise InputError(_locate(str(exc), starts)) from None
+        del table
+        stop_point("write:end")
+        with staged.publishing():
+            os.replace(staged_npy, output)
+            if metadata_output is not None:
+                text = json.dumps(existing + [report["metadata"]]).encode()
+                _save_atomic(metadata_output, lambda f: f.write(text))
+    report.update(output=output, metadata_output=metadata_output, files=len(shards))
     return report

@@ -12,6 +12,7 @@ import numpy as np
 from .._deprecation import deprecated_call
 from ._errors import InputError, VerifyError
 from ._result import METADATA_NAME, PackResult, _metadata
+from ._signals import stop_point
 from ._staging import StagedRun, check_output, staging_dir
 
 __all__ = ["pack_files"]
@@ -91,8 +92,8 @@ def pack_files(inputs, max_sequence_length=None, max_sequences_per_pack=None, *,
     WorkerDied, VerifyError (PipelineError)
         A worker died; the output failed the exactly-once check. Nothing is written either way.
     Interrupted (a KeyboardInterrupt)
-        SIGTERM or SIGHUP stopped the run; nothing is written, no worker is left running, and
-        the caller's signal handlers are as they were.
+        SIGINT, SIGTERM or SIGHUP stopped the run; nothing is written, no worker is left
+        running, and the caller's signal handlers are as they were.
     """
     return _FilesRun(inputs, output, max_sequence_length, max_sequences_per_pack, seq_length=seq_length,
                      columns=columns, method=method, overflow=overflow, engine=engine, workers=workers,
@@ -134,8 +135,10 @@ class _FilesRun:
             self.eng, self.work = staged.engine, staged.work
             warm = threading.Thread(target=_warm_packer, args=(self.method.name,), daemon=True)
             warm.start()  # load the packer's compiled kernels while the workers read lengths
-            self.timed("lengths", self.read_lengths)
-            warm.join()
+            try:
+                self.timed("lengths", self.read_lengths)
+            finally:
+                warm.join()  # never leave a thread inside the compiler behind (an interrupted run exits next)
             self.timed("plan", self.plan)
             self.timed("spill", self.spill)
             self.timed("assemble", self.assemble)
@@ -146,9 +149,12 @@ class _FilesRun:
         return self.result()
 
     def timed(self, name: str, step) -> None:
+        """Run a step between two safe points (a stop signal that came is acted on there)."""
+        stop_point(f"{name}:start")
         t0 = time.perf_counter()
         step()
         self.seconds[name] = time.perf_counter() - t0
+        stop_point(f"{name}:end")
 
     def note(self, results, k=-1) -> None:
         """Keep each worker's peak memory (the last field of every task's result)."""

@@ -11,9 +11,12 @@ from __future__ import annotations
 import os
 
 from .._progress import progress_bar
+from . import _signals
 from ._errors import PipelineError, WorkerDied
 
 __all__ = ["RayEngine"]
+
+_POLL_SECONDS = 0.1
 
 
 def _import_ray():
@@ -62,7 +65,9 @@ class RayEngine:
         try:
             with progress_bar(len(refs), desc, progress, unit=unit) as bar:
                 while pending:
-                    done, pending = ray.wait(pending, num_returns=1)
+                    # Ray's own wait records a signal without returning: a short wait, then the safe point
+                    done, pending = ray.wait(pending, num_returns=1, timeout=_POLL_SECONDS)
+                    _signals.check()
                     ray.get(done)  # raise the first failure at once
                     bar.update(len(done))
             return ray.get(refs)

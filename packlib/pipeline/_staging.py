@@ -4,7 +4,8 @@ A run builds its output in a hidden work directory beside it (``.<name>.tmp-<id>
 publishes it with one rename. The work directory holds an owner file (pid, host, the
 process's start time), so that:
 
-- on any failure, SIGINT, SIGTERM and SIGHUP included, the engine stops first (no worker
+- on any failure, SIGINT, SIGTERM and SIGHUP included (``_signals``: the handler records
+  the signal, the driver stops at its next safe point), the engine stops first (no worker
   writes after that), then the work directory goes: a failed run leaves nothing;
 - staging whose owner died without cleaning up (SIGKILL, the OOM killer) is recognised by
   the next run into the same parent directory and removed, with a line saying so; staging
@@ -21,17 +22,15 @@ import os
 import shutil
 import signal
 import socket
-import threading
 import uuid
 
+from . import _signals
 from ._errors import InputError, Interrupted
 
 __all__ = ["Interrupted", "StagedRun", "check_output", "staging_dir"]
 
 OWNER_FILE = "_owner.json"
 _MARK = ".tmp-"
-# the signals a scheduler stops a job with; SIGINT keeps Python's own KeyboardInterrupt
-_STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n))
 
 log = logging.getLogger("packlib.pipeline")
 
@@ -113,47 +112,6 @@ def remove_dead_staging(parent: str) -> list[str]:
     return removed
 
 
-# ------------------------------------------------------------------------------ signals
-
-
-class _SignalGuard:
-    """SIGTERM / SIGHUP raise :class:`Interrupted` in the main thread while the run is
-    armed; the caller's handlers come back when it ends. While the run cleans up, a second
-    signal is held back (cleaning up is what it asked for) and raised afterwards."""
-
-    def __init__(self):
-        self._saved = {}
-        self._cleaning = False
-        self._pending = None
-        self.received = None  # the signal that interrupted the run
-
-    def _handler(self, signum, frame):
-        if self._cleaning:
-            self._pending = self._pending or signum
-            return
-        self.received = signum
-        raise Interrupted(signum)
-
-    def arm(self):
-        """Install the handlers (again: an engine such as Ray may install its own when it
-        starts); the first call keeps the caller's, which :meth:`disarm` restores."""
-        if threading.current_thread() is not threading.main_thread():
-            return  # only the main thread may set handlers; the caller's stay in force
-        for s in _STOP_SIGNALS:
-            previous = signal.signal(s, self._handler)
-            self._saved.setdefault(s, previous)
-
-    def cleaning(self):
-        self._cleaning = True
-
-    def disarm(self):
-        for s, h in self._saved.items():
-            signal.signal(s, h)
-        self._saved.clear()
-        pending, self._pending = self._pending, None
-        return pending
-
-
 # ------------------------------------------------------------------------------ the run
 
 
@@ -171,53 +129,75 @@ class StagedRun:
     """A run's engine and work directory (see the module docs). On any failure the engine
     is aborted first (workers killed: none writes after that), then the work directory
     goes; the engine is closed however the run ends, and the caller's signal handlers are
-    restored."""
+    restored. ``engine=None``: a work directory only (a run done in this process)."""
 
-    def __init__(self, work: str, engine, workers, ray_address):
+    def __init__(self, work: str, engine=None, workers=None, ray_address=None):
         self.work, self._args, self.engine = work, (engine, workers, ray_address), None
-        self._signals = _SignalGuard()
+        self._stops = _signals.armed()
 
     def __enter__(self):
-        self._signals.arm()
+        self._stops.__enter__()
         try:
             remove_dead_staging(os.path.dirname(self.work))
-            os.makedirs(os.path.join(self.work, "_spill"))
+            os.makedirs(os.path.join(self.work, "_spill") if self._args[0] else self.work)
             with open(os.path.join(self.work, OWNER_FILE), "w", encoding="utf-8") as fh:
                 json.dump(_owner(), fh)
-            self.engine = make_engine(*self._args)
-            self._signals.arm()  # Ray's start replaces the handlers with its own
-        except BaseException:
-            shutil.rmtree(self.work, ignore_errors=True)
-            self._signals.disarm()
+            if self._args[0]:
+                self.engine = make_engine(*self._args)
+                _signals.rearm()  # Ray's start replaces the handlers with its own
+            _signals.check()
+        except BaseException as exc:
+            with _signals.deferred():
+                shutil.rmtree(self.work, ignore_errors=True)
+                self._close(True)
+            received = self._stops.received
+            self._stops.__exit__(None, None, None)
+            if received is not None and not isinstance(exc, Interrupted):
+                raise Interrupted(received) from None
             raise
         return self
 
     def publish(self, out: str, *, merge: bool = False) -> None:
-        """Move the finished work directory to ``out`` (its owner file left behind)."""
-        os.remove(os.path.join(self.work, OWNER_FILE))
-        if not merge or not os.path.exists(out):
-            if os.path.isdir(out):
-                os.rmdir(out)  # empty (checked at the start); another run's files make this fail
-            os.replace(self.work, out)
-            return
-        for name in sorted(os.listdir(self.work)):
-            os.replace(os.path.join(self.work, name), os.path.join(out, name))
-        os.rmdir(self.work)
+        """Move the finished work directory to ``out`` (its owner file left behind). The
+        last safe point is here: once publishing starts, a signal no longer stops the run."""
+        with self.publishing():
+            os.remove(os.path.join(self.work, OWNER_FILE))
+            if not merge or not os.path.exists(out):
+                if os.path.isdir(out):
+                    os.rmdir(out)  # empty (checked at the start); another run's files make this fail
+                os.replace(self.work, out)
+                return
+            for name in sorted(os.listdir(self.work)):
+                os.replace(os.path.join(self.work, name), os.path.join(out, name))
+            os.rmdir(self.work)
+
+    def publishing(self):
+        """The last safe point, then a block where a signal is only recorded: for a run that
+        moves its files into place itself (the work directory goes when the run ends)."""
+        _signals.check()
+        return _signals.deferred()
+
+    def _close(self, abort: bool) -> None:
+        if self.engine is not None:
+            engine, self.engine = self.engine, None
+            engine.close(abort=abort)
 
     def __exit__(self, exc_type, exc, tb):
-        self._signals.cleaning()
         try:
-            if self.engine is not None:
-                self.engine.close(abort=exc_type is not None)
-                self.engine = None
-            if exc_type is not None:
-                shutil.rmtree(self.work, ignore_errors=True)
+            with _signals.deferred():
+                if exc_type is not None:
+                    _signals.pause_at("cleanup")
+                self._close(exc_type is not None)
+                shutil.rmtree(self.work, ignore_errors=True)  # failed, or what is left after publishing
         finally:
-            pending = self._signals.disarm()
-        if pending is not None and exc_type is None:
-            signal.raise_signal(pending)  # the run is done; the caller's handler gets the signal it missed
-        received = self._signals.received
-        if received is not None and exc_type is not None and issubclass(exc_type, KeyboardInterrupt) \
-                and not isinstance(exc, Interrupted):
-            raise Interrupted(received) from None  # an engine (Ray) re-raised it as a plain KeyboardInterrupt
+            received, outermost = self._stops.received, _signals.depth() == 1
+            self._stops.__exit__(None, None, None)
+        if received is None:
+            return False
+        if exc_type is not None:
+            if not isinstance(exc, Interrupted):
+                raise Interrupted(received) from None  # the failure is the stop's doing (workers signalled too)
+            return False
+        if outermost:
+            signal.raise_signal(received)  # published before the signal came: the caller's handler gets it
         return False

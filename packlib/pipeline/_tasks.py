@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._errors import InputError, PipelineError
+from ._signals import check as stop_check  # a safe point when a task runs in the driver (one worker)
 from ..formats.arrow._gather import _gather
 from .readers import Shard, iter_batches, read_schema
 
@@ -109,7 +110,10 @@ def pause_point(step: str) -> None:
         if marker:
             with open(marker, "a") as fh:
                 fh.write(f"{os.getpid()}\n")
-        time.sleep(float(os.environ.get("PACKLIB_TEST_PAUSE_SECONDS", "60")))
+        deadline = time.monotonic() + float(os.environ.get("PACKLIB_TEST_PAUSE_SECONDS", "60"))
+        while time.monotonic() < deadline:
+            stop_check()  # in the driver (one worker) a stop ends the pause; in a worker the driver kills it
+            time.sleep(0.01)
 
 
 def run_in_worker(fn, *args):
@@ -197,6 +201,7 @@ def lengths_task(job: Job, i: int):
     parts, r0, nulls = [np.zeros(0, dtype=np.int64)], 0, 0
     with _StagedIpcFile(job.cache_path(i)) as copy:
         for batch in iter_batches(shard, cols):
+            stop_check()
             try:
                 parts.append(np.asarray(A.row_lengths(batch, cols, first_row=r0), dtype=np.int64))
             except (ValueError, TypeError) as exc:
@@ -243,6 +248,7 @@ def spill_task(job: Job, i: int, num_rows: int, seg_row, seg_start, seg_len, seg
     with _StagedIpcFile(job.spill_path(i)) as spill:
         source = Shard(job.cache_path(i), "arrow-file") if job.cached(shard) else shard
         for batch in iter_batches(source, cols):
+            stop_check()
             r1 = r0 + batch.num_rows
             k2 = int(np.searchsorted(seg_row, r1, side="left"))
             table = pa.Table.from_batches([batch])
@@ -295,6 +301,7 @@ def assemble_task(job: Job, f: int, sources, pack_offsets, first_pos: int):
     cols = list(job.columns)
     batches, schema = [], None
     for s, ids in sources:
+        stop_check()
         reader = pa.ipc.open_file(pa.OSFile(job.spill_path(s), "r"))
         schema = reader.schema
         batches.extend(reader.get_batch(int(b)) for b in ids)
@@ -363,6 +370,7 @@ def verify_task(job: Job, f: int, max_sequences_per_pack):
     with pq.ParquetFile(path, pre_buffer=False) as pf:
         for b in pf.iter_batches(batch_size=job.row_group_rows, columns=list(job.columns) + ["seq_lengths"],
                                  use_threads=False):
+            stop_check()
             hashes.append(segment_hashes(pa.Table.from_batches([b]), job.columns, job.max_sequence_length,
                                          max_sequences_per_pack, where=f"{path}: "))
     h = np.concatenate(hashes)

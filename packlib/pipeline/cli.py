@@ -92,17 +92,23 @@ def run(args: argparse.Namespace) -> int:
     args : argparse.Namespace
         Parsed by a parser that :func:`configure_parser` set up.
     """
-    from . import PipelineError, VerifyError, pack_files
-    from ._errors import report_interrupt
+    from ._signals import armed
 
     if args.ray_address and args.engine != "ray":
         args.engine = "ray"
-    if getattr(args, "format", "parquet") == "megatron-sft":
-        return _run_megatron_sft(args)
-    if getattr(args, "metadata_output", None) is not None:
+    megatron = getattr(args, "format", "parquet") == "megatron-sft"
+    if not megatron and getattr(args, "metadata_output", None) is not None:
         print("error: --metadata-output goes with --format megatron-sft", file=sys.stderr)
         return 2
-    args.method = args.method or "bfd"
+    args.method = args.method or ("optimal" if megatron else "bfd")
+    with armed():  # SIGINT, SIGTERM, SIGHUP: one line and 128 + signal; after publishing, the command ends as it would
+        return _run_megatron_sft(args) if megatron else _run_files(args)
+
+
+def _run_files(args: argparse.Namespace) -> int:
+    from . import PipelineError, VerifyError, pack_files
+    from ._errors import report_interrupt
+
     try:
         result = pack_files(args.inputs, args.max_sequence_length, args.max_sequences_per_pack, output=args.output,
                             columns=args.columns, method=args.method, overflow=args.overflow,
@@ -131,15 +137,19 @@ def _run_megatron_sft(args: argparse.Namespace) -> int:
         print("error: --format megatron-sft writes one file in this process; leave out --engine, --workers, "
               "--ray-address and --rows-per-file", file=sys.stderr)
         return 2
+    from ._errors import report_interrupt
+
     try:
         r = pack_files_megatron_sft(args.inputs, args.max_sequence_length, args.max_sequences_per_pack,
                                     output=args.output, metadata_output=args.metadata_output,
-                                    method=args.method or "optimal", overflow=args.overflow, seed=args.seed)
+                                    method=args.method, overflow=args.overflow, seed=args.seed)
     except (ValueError, TypeError, OSError, MemoryError) as exc:
         if getattr(args, "debug", False):
             raise
         print(f"error: {' '.join(str(exc).split()) or type(exc).__name__}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as exc:
+        return report_interrupt(exc)
     meta = f"; metadata appended to {r['metadata_output']}" if r["metadata_output"] else ""
     print(f"{r['packs']:,} packs of {r['sequences']:,} sequences ({r['packs_over_bound']:,} above "
           f"ceil(tokens / {args.max_sequence_length:,}) = {r['bound']:,}) from {r['files']:,} file(s) "
