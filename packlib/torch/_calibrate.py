@@ -71,6 +71,9 @@ class CostFit(tuple):
                 f"{len(self.rows)} rows, error {100 * self.mean_error:.1f} % mean, {100 * self.max_error:.1f} % largest)")
 
 
+
+CostFit.__module__ = "packlib.torch"  # pickles and reprs name the public path, which never moves
+
 def calibration_rows(max_sequence_length) -> list[np.ndarray]:
     """Rows of varied make-up for timing a model at capacity ``L``: full rows of one
     sequence, of 2, 4, ... 64 equal ones, mixtures of long and short sequences, and rows
