@@ -1,14 +1,16 @@
 """One rank of docs/balance.md's "The training loop", as written, under real DistributedDataParallel
 (gloo, CPU); started by tests/test_training.py::test_the_documented_loop_killed_and_resumed_on_two_ranks:
 
-    python -m tests._ddp_worker RANK WORLD_SIZE PORT OUT_DIR [KILL_AT]
+    python -m tests._ddp_worker WORLD_SIZE PORT OUT_DIR [KILL_AT]
 
-It runs the loop's ```python block with the model wrapped in DDP and in a recorder that checks
+imports torch and transformers once, then forks the ranks (POSIX), each of which runs the
+loop's ```python block with the model wrapped in DDP and in a recorder that checks
 every packed row against its sequences alone and logs, at every optimizer step, which samples
 the step trained (``OUT_DIR/trained-RANK.jsonl``, one ``[epoch, sample]`` per line, written when
-the optimizer has stepped). With ``KILL_AT``, the rank writes ``OUT_DIR/ready-RANK`` at its
-KILL_AT-th forward and waits there to be killed (the test sends SIGKILL). At the end it writes
-its parameters (``params-RANK.pt``) and what it saw (``seen-RANK.json``).
+the optimizer has stepped). With ``KILL_AT``, the rank writes its process id to
+``OUT_DIR/ready-RANK`` at its KILL_AT-th forward and waits there to be killed (the test sends
+SIGKILL). At the end it writes its parameters (``params-RANK.pt``) and what it saw
+(``seen-RANK.json``). The command exits 0 when every rank did.
 
 Importable without torch (the test reads ``SETTINGS`` and ``samples``): torch is imported by
 the functions that run the model.
@@ -73,7 +75,7 @@ class Recorder:
 
         self.calls += 1
         if self.kill_at is not None and self.calls == self.kill_at:
-            (self.out / f"ready-{self.rank}").write_text("waiting for SIGKILL")
+            (self.out / f"ready-{self.rank}").write_text(str(os.getpid()))  # waiting for SIGKILL
             while True:
                 time.sleep(1)
         out = self.ddp(**batch)
@@ -125,7 +127,32 @@ def main(rank: int, world_size: int, port: int, out: str, kill_at: int | None = 
         dist.destroy_process_group()
 
 
+def launch(world_size: int, port: int, out: str, kill_at: int | None = None) -> int:
+    """Fork the ranks after importing torch and transformers once; 0 when every rank succeeded."""
+    import traceback
+
+    import torch  # noqa: F401  (imported once, inherited by the ranks)
+    import transformers.models.llama.modeling_llama  # noqa: F401
+
+    pids = []
+    for rank in range(world_size):
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                main(rank, world_size, port, out, kill_at)
+                code = 0
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        pids.append(pid)
+    codes = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids]
+    print(f"ranks exited with {codes}")
+    return 0 if all(c == 0 for c in codes) else 1
+
+
 if __name__ == "__main__":
-    main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4],
-         int(sys.argv[5]) if len(sys.argv) > 5 else None)
-    os._exit(0)
+    sys.exit(launch(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4]) if len(sys.argv) > 4 else None))

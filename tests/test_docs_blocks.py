@@ -175,6 +175,11 @@ def _balance_loop(ns, tmp, stack):
               optimizer=torch.optim.SGD(model.parameters(), lr=1e-3), path=tmp / "checkpoint.pt")
 
 
+def _balance_workers(ns, tmp, stack):
+    pytest.importorskip("torchdata", reason="the block uses torchdata's StatefulDataLoader")
+    _balance_loop(ns, tmp, stack)
+
+
 def _blending_ranks(ns, tmp, stack):
     pytest.importorskip("torch", reason="the block asks torch.distributed for the rank")
     import torch.distributed as dist
@@ -247,6 +252,7 @@ SETUPS = {
     ("docs/arrow.md", "The steps (for your own pipeline)"): _arrow_steps,
     ("docs/balance.md", "Compute-balanced steps for data-parallel training"): _balance_intro,
     ("docs/balance.md", "The training loop"): _balance_loop,
+    ("docs/balance.md", "Resuming with DataLoader workers"): _balance_workers,
     ("docs/blending.md", "Every rank builds only its part (torch.distributed / MPI)"): _blending_ranks,
     ("docs/bucketing.md", "Readahead bucketing and streaming packing"): _bucketing_intro,
     ("docs/formats.md", "The MLPerf BERT packing tool"): _formats_mlperf,
