@@ -29,7 +29,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 VOCAB = 97
 #: The names the loop's block binds (besides model, optimizer, rank, world_size, path, dataset).
 SETTINGS = {"max_sequence_length": 96, "accumulation": 2, "epochs": 2}
-SAMPLES = 72
+SAMPLES = 48
 
 
 def samples():

@@ -55,6 +55,199 @@ def _assert_exact(batch, refs, model=None):
     assert ref.max_relative(grads, want) < 1e-4
 
 
+# ------------------------------------------------------------ what the collator trains
+def _masked_rows(seed=0, n=24, L=64):
+    """Rows packed by pack_table with completion_mask, assistant_masks, attention_mask zeros
+    (right padding) and labels with -100s, and the reference: each sequence's real tokens and
+    which of them are trained."""
+    pa = pytest.importorskip("pyarrow")
+    from packlib.formats.arrow import pack_table
+
+    rng = np.random.default_rng(seed)
+    cols = {k: [] for k in ("input_ids", "labels", "completion_mask", "assistant_masks", "attention_mask")}
+    for n_real in rng.integers(2, 30, n):
+        pad = int(rng.integers(0, 4))
+        ids = rng.integers(1, VOCAB, n_real + pad)
+        prompt = int(rng.integers(0, n_real))
+        labels = np.where(rng.random(n_real + pad) < 0.2, -100, ids)
+        cols["input_ids"].append(ids.tolist())
+        cols["labels"].append(labels.tolist())
+        cols["completion_mask"].append([0] * prompt + [1] * (n_real + pad - prompt))
+        cols["assistant_masks"].append((rng.random(n_real + pad) < 0.8).astype(int).tolist())
+        cols["attention_mask"].append([1] * n_real + [0] * pad)
+    return pack_table(pa.table(cols), L, position_ids=True).to_pylist()
+
+
+def _reference(rows, use=("labels", "completion_mask", "assistant_masks", "attention_mask")):
+    refs = []
+    for r in rows:
+        cuts = np.cumsum(r["seq_lengths"])[:-1]
+        parts = {k: np.split(np.asarray(r[k]), cuts) for k in ("input_ids", *use)}
+        for j, ids in enumerate(parts["input_ids"]):
+            real = parts["attention_mask"][j] != 0 if "attention_mask" in use else np.ones(len(ids), bool)
+            masks = [parts[k][j][real] for k in ("completion_mask", "assistant_masks") if k in use]
+            labels = parts["labels"][j][real] if "labels" in use else None
+            if real.any():
+                refs.append((ids[real], ref.trained_tokens(int(real.sum()), *masks, labels=labels)))
+    return refs
+
+
+@pytest.mark.parametrize("split_by", ["seq_lengths", "position_ids"])
+def test_the_collator_trains_only_what_every_mask_allows(split_by):
+    rows = _masked_rows()
+    drop = "position_ids" if split_by == "seq_lengths" else "seq_lengths"
+    batch = PackedCollator()([{k: v for k, v in r.items() if k != drop} for r in rows[:3]])
+    _assert_exact(batch, _reference(rows[:3]))
+
+
+@pytest.mark.parametrize("only", ["labels", "completion_mask", "assistant_masks", "attention_mask"])
+def test_each_mask_alone(only):
+    rows = [{k: r[k] for k in ("input_ids", "seq_lengths", only)} for r in _masked_rows(seed=1)[:2]]
+    _assert_exact(PackedCollator()(rows), _reference(rows, use=(only,)))
+
+
+def test_rows_as_the_trainer_leaves_them_stay_apart():
+    """remove_unused_columns=True keeps input_ids and position_ids: the row still splits."""
+    rows = [{"input_ids": r["input_ids"], "position_ids": r["position_ids"]} for r in _masked_rows(seed=2)[:2]]
+    full = _masked_rows(seed=2)[:2]
+    refs = [(seq, ref.trained_tokens(len(seq))) for r in full
+            for seq in np.split(np.asarray(r["input_ids"]), np.cumsum(r["seq_lengths"])[:-1])]
+    _assert_exact(PackedCollator()(rows), refs)
+
+
+@pytest.mark.parametrize("example, error, match", [
+    ({"input_ids": ["a", "b"]}, TypeError, r"examples\[0\]\['input_ids'\] holds strings"),
+    ({"input_ids": [1.0, 2.0]}, TypeError, r"examples\[0\]\['input_ids'\] holds floats"),
+    ({"input_ids": [1, 2], "labels": [1.5, 2.0]}, TypeError, r"\['labels'\] holds floats"),
+    ({"input_ids": [1, 2], "completion_mask": [0.0, 1.0]}, TypeError, r"\['completion_mask'\] holds floats"),
+    ({"input_ids": [1, 2], "completion_mask": [1]}, ValueError, r"examples\[0\]\['completion_mask'\] holds 1 values for 2"),
+    ({"input_ids": [1, 2], "assistant_masks": [1, 1, 1]}, ValueError, r"\['assistant_masks'\] holds 3 values"),
+    ({"input_ids": [1, 2], "attention_mask": [1]}, ValueError, r"\['attention_mask'\] holds 1 values"),
+    ({"input_ids": [1, 2], "attention_mask": [0, 0]}, ValueError, "every token of this micro-batch is padding"),
+    ({"input_ids": [1, 2, 3], "position_ids": [0, 1]}, ValueError, r"\['position_ids'\] holds 2 values"),
+    ({"input_ids": [1, 2, 3], "position_ids": [0, 2, 3]}, ValueError, "must count 0, 1, 2"),
+    ({"input_ids": [1, 2, 3], "position_ids": [0, 1, 0], "seq_lengths": [1, 2]}, ValueError, "split the row differently"),
+])
+def test_the_collator_refuses_bad_examples(example, error, match):
+    with pytest.raises(error, match=match):
+        PackedCollator()([example])
+
+
+def test_boolean_masks_and_tensors_are_read():
+    a = PackedCollator()([{"input_ids": torch.tensor([5, 6, 7]), "completion_mask": torch.tensor([False, False, True])}])
+    b = PackedCollator()([{"input_ids": [5, 6, 7], "completion_mask": [0, 0, 1]}])
+    assert a["labels"].tolist() == b["labels"].tolist() == [[-100, -100, 7]]
+
+
+# ------------------------------------------------------- the loop: token-weighted steps
+def _loop_block(heading="The training loop"):
+    text = (ROOT / "docs" / "balance.md").read_text()
+    from tests.test_docs_blocks import python_blocks
+
+    (block,) = [b.code for b in python_blocks(text, "docs/balance.md") if b.heading == heading]
+    return block
+
+
+class _Stop(Exception):
+    pass
+
+
+class _Model:
+    """The model as the loop sees it, stopping (an exception) at the ``stop_at``-th forward."""
+
+    def __init__(self, m, stop_at=None):
+        self.m, self.stop_at, self.calls = m, stop_at, 0
+
+    def __call__(self, **batch):
+        self.calls += 1
+        if self.calls == self.stop_at:
+            raise _Stop
+        return self.m(**batch)
+
+    def __getattr__(self, name):
+        return getattr(self.m, name)
+
+
+def _run(block, lengths, seqs, path, *, world_size=1, stop_at=None, lr=1e-2, optimizer=torch.optim.SGD):
+    m = _model()
+    ns = {"lengths": lengths, "dataset": [{"input_ids": s} for s in seqs], "max_sequence_length": 96, "rank": 0,
+          "world_size": world_size, "accumulation": 2, "epochs": 2, "path": str(path), "model": _Model(m, stop_at),
+          "optimizer": optimizer(m.parameters(), lr=lr)}
+    try:
+        exec(compile(block, "docs/balance.md", "exec"), ns)
+    except _Stop:
+        pass
+    return m, ns["sampler"]
+
+
+def test_the_loops_steps_are_token_weighted(tmp_path):
+    """Two epochs of the documented loop equal, step for step, SGD on each step's token-mean
+    loss computed with every sequence alone."""
+    lengths = np.random.default_rng(21).integers(2, 40, 30)
+    seqs = _sequences(lengths, seed=21)
+    trained, sampler = _run(_loop_block(), lengths, seqs, tmp_path / "c.pt")
+    m, opt, steps = _model(), None, []
+    opt = torch.optim.SGD(m.parameters(), lr=1e-2)
+    for epoch in range(2):
+        sampler.set_epoch(epoch)
+        mbs = list(sampler)
+        steps += [[(seqs[i], ref.trained_tokens(len(seqs[i]))) for mb in mbs[k:k + 2] for i in mb]
+                  for k in range(0, len(mbs), 2)]
+    assert len(steps) >= 4
+    ref.train_steps(m, opt, steps)
+    for a, b in zip(trained.parameters(), m.parameters()):
+        torch.testing.assert_close(a, b, atol=2e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("heading", ["The training loop", "Resuming with DataLoader workers"])
+def test_the_loop_stopped_after_any_micro_batch_resumes_bitwise(tmp_path, heading):
+    """The documented block (with two StatefulDataLoader workers in the second), stopped at a
+    forward and run again with a fresh model and optimizer, ends with the uninterrupted run's
+    parameters, bit for bit (AdamW: its state is in the checkpoint too)."""
+    if heading != "The training loop":
+        pytest.importorskip("torchdata", reason="the block uses torchdata's StatefulDataLoader")
+    lengths = np.random.default_rng(22).integers(2, 40, 30)
+    seqs = _sequences(lengths, seed=22)
+    block = _loop_block(heading)
+    full, _ = _run(block, lengths, seqs, tmp_path / "full.pt", optimizer=torch.optim.AdamW)
+    path = tmp_path / "stopped.pt"
+    _, sampler = _run(block, lengths, seqs, path, stop_at=4, optimizer=torch.optim.AdamW)  # mid-step
+    assert sampler.epoch == 0 and len(sampler) > 4
+    resumed, _ = _run(block, lengths, seqs, path, optimizer=torch.optim.AdamW)
+    assert all(torch.equal(a, b) for a, b in zip(full.parameters(), resumed.parameters()))
+
+
+# ------------------------------------------------------------------ DataLoader workers
+def test_a_prefetching_dataloader_never_checkpoints_the_sampler_ahead():
+    """A plain DataLoader with workers draws micro-batches ahead of the loop: the sampler's
+    state_dict refuses then; without workers it is what the loop consumed, and after a resume
+    len(loader) is what remains."""
+    lengths = np.random.default_rng(23).integers(2, 40, 120)
+    dataset = [{"input_ids": s} for s in _sequences(lengths, seed=23)]
+
+    def sampler():
+        return packlib.BalancedBatchSampler(lengths, 96, rank=0, world_size=1, micro_batches=2)
+
+    s = sampler()
+    it = iter(torch.utils.data.DataLoader(dataset, batch_sampler=s, num_workers=2, collate_fn=PackedCollator()))
+    for _ in range(4):
+        next(it)
+    with pytest.raises(RuntimeError, match="num_workers=2.*StatefulDataLoader"):
+        s.state_dict()
+    del it
+    s = sampler()
+    loader = torch.utils.data.DataLoader(dataset, batch_sampler=s, collate_fn=PackedCollator())
+    it = iter(loader)
+    for _ in range(4):
+        next(it)
+    state = s.state_dict()
+    assert state["position"] == 4
+    again = sampler()
+    again.load_state_dict(state)
+    loader = torch.utils.data.DataLoader(dataset, batch_sampler=again, collate_fn=PackedCollator())
+    assert len(loader) == len(s) - 4 == sum(1 for _ in loader)
+
+
 # ----------------------------------------------------------------- two real ranks, killed
 def _free_port():
     with socket.socket() as s:

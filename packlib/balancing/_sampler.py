@@ -89,6 +89,7 @@ class BalancedBatchSampler:
         self._resume = 0  # where the next iteration starts (set by load_state_dict)
         self._loaded = False  # a loaded position waits for the next iteration
         self._start = 0  # where the current (or last) iteration started
+        self._done = True  # the last iteration ran to the end (or none began)
         self._ahead = None  # the number of workers of a DataLoader that draws ahead of the loop
         self._schedule = None
         self._step_tokens = None
@@ -129,17 +130,21 @@ class BalancedBatchSampler:
             self._loaded = False
         if epoch != self.epoch:
             self.epoch, self._schedule, self._step_tokens = epoch, None, None
-        self._position = self._resume = 0
+        self._position = self._resume = self._start = 0
+        self._done = True
 
     def _total(self) -> int:
         return self.schedule.num_steps * self._M
 
     def __len__(self) -> int:
-        return self._total() - (self._resume if self._loaded else self._start)
+        if self._loaded:
+            return self._total() - self._resume
+        return self._total() - (0 if self._done else self._start)
 
     def __iter__(self):
         start, self._resume, self._loaded = self._resume, 0, False
         self._position = self._start = start
+        self._done = False
         self._ahead = _prefetching_workers(sys._getframe(1))
         return self._micro_batches(start)
 
@@ -151,6 +156,7 @@ class BalancedBatchSampler:
             k = (step * W + r) * M + m
             self._position = i + 1
             yield ix[o[k]:o[k + 1]].tolist()
+        self._done = True  # the next iteration is the whole epoch again
 
     def step_label_tokens(self):
         """For each micro-batch of the current iteration, in order, the trained tokens of its
