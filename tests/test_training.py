@@ -139,6 +139,53 @@ def test_boolean_masks_and_tensors_are_read():
     assert a["labels"].tolist() == b["labels"].tolist() == [[-100, -100, 7]]
 
 
+# ------------------------------------------------------------- the Trainers' recipes
+def _checked_forward(model, monkeypatch):
+    """Wrap the backbone class's ``forward`` (the decoder under the LM head, whatever the
+    trainer does to the head: TRL fuses it with the loss) to compare every packed row's hidden
+    states with its sequences' alone; returns the tally."""
+    import functools
+
+    cls = type(model.model)
+    orig, seen = cls.forward, {"rows": 0, "worst": 0.0, "keys": set()}
+
+    @functools.wraps(orig)
+    def forward(self, *args, **batch):
+        out = orig(self, *args, **batch)
+        ids, pos = batch["input_ids"][0], batch["position_ids"][0]
+        starts = (pos == 0).nonzero().flatten().tolist() + [ids.numel()]
+        with torch.no_grad():
+            for a, b in zip(starts[:-1], starts[1:]):
+                alone = orig(self, input_ids=ids[a:b][None], use_cache=False).last_hidden_state[0]
+                seen["worst"] = max(seen["worst"], float((out.last_hidden_state[0, a:b] - alone).abs().max()))
+        seen["rows"] += 1
+        seen["keys"] |= set(batch)
+        return out
+
+    monkeypatch.setattr(cls, "forward", forward)
+    return seen
+
+
+@pytest.mark.parametrize("heading", ["`transformers.Trainer`, with its defaults", "TRL's `SFTTrainer`"])
+def test_the_trainer_recipes_keep_rows_apart_and_learn(tmp_path, monkeypatch, heading):
+    from tests import test_docs_blocks as docs
+
+    if "SFT" in heading:
+        try:
+            import trl  # noqa: F401
+        except Exception as e:  # trl is installed without its dependencies in some setups
+            pytest.skip(f"trl does not import: {e}")
+    (block,) = [b for b in docs.python_blocks((ROOT / "docs/training.md").read_text(), "docs/training.md")
+                if b.heading == heading]
+    monkeypatch.chdir(tmp_path)
+    ns = {"__name__": "__main__"}
+    docs.SETUPS[("docs/training.md", heading)](ns, tmp_path, None)
+    seen = _checked_forward(ns["model"], monkeypatch)
+    docs.run_block(block, ns)                 # asserts the loss fell
+    assert seen["rows"] >= 8 and seen["worst"] <= 1e-4
+    assert "position_ids" in seen["keys"]
+
+
 # ------------------------------------------------------- the loop: token-weighted steps
 def _loop_block(heading="The training loop"):
     text = (ROOT / "docs" / "balance.md").read_text()
