@@ -186,6 +186,19 @@ def test_the_trainer_recipes_keep_rows_apart_and_learn(tmp_path, monkeypatch, he
     assert "position_ids" in seen["keys"]
 
 
+def test_label_tokens_count_what_the_collator_trains():
+    from packlib.torch import label_tokens
+
+    rows = [dict(r, labels=np.asarray(r["labels"])) for r in _masked_rows(seed=3)]
+    want = [int(sum(t.sum() for _, t in _reference([r]))) for r in rows]
+    labels = [r["labels"] for r in rows]
+    kept = [x.copy() for x in labels]                 # the caller's arrays are not written
+    assert label_tokens(rows).tolist() == want
+    got = PackedCollator()(rows)["labels"]
+    assert int((got != -100).sum()) == sum(want)
+    assert all((a == b).all() for a, b in zip(labels, kept))
+
+
 # ------------------------------------------------------- the loop: token-weighted steps
 def _loop_block(heading="The training loop"):
     text = (ROOT / "docs" / "balance.md").read_text()

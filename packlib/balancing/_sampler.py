@@ -164,7 +164,7 @@ class BalancedBatchSampler:
         their samples). What makes a step's loss the token mean over all of them with no
         collective and no lookahead: ``model(**batch, num_items_in_batch=n).loss`` is the
         micro-batch's token-loss sum over ``n``, and DDP's average over ranks is undone by
-        ``* world_size``.
+        ``* world_size``. At least 1 (a step that trains no token has a loss sum of 0).
 
         An iterator, read lazily: zip it with the loader (``zip(loader, sampler.step_label_tokens())``),
         so that it starts where the loader's iteration of this sampler started (a resume

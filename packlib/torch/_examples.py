@@ -133,3 +133,31 @@ def read_example(example, k: int):
         lens = np.bincount(np.repeat(np.arange(lens.size), lens)[keep], minlength=lens.size)
         ids, labels, lens = ids[keep], labels[keep], lens[lens > 0]
     return ids, lens.astype(np.int64), labels
+
+
+def label_tokens(dataset) -> np.ndarray:
+    """How many tokens of each example :class:`PackedCollator` trains (its labels that are
+    not -100 after its masks, each sequence's first token excluded): the ``label_tokens``
+    of :class:`packlib.BalancedBatchSampler` for data with ``labels`` or masks.
+
+    Parameters
+    ----------
+    dataset : sequence of examples
+        Anything indexable with a ``len()`` whose items :class:`PackedCollator` takes (a list
+        of dicts, a ``datasets.Dataset``, ...); read once, in order.
+
+    Returns
+    -------
+    numpy.ndarray
+        int64, one count per example.
+
+    >>> label_tokens([{"input_ids": [5, 6, 7]}, {"input_ids": [8, 9, 4], "completion_mask": [0, 0, 1]}])
+    array([2, 1])
+    """
+    out = np.empty(len(dataset), np.int64)
+    for k in range(len(dataset)):
+        _, lens, labels = read_example(dataset[k], k)
+        labels = labels.copy()  # may be the caller's own array
+        labels[np.cumsum(lens) - lens] = -100
+        out[k] = np.count_nonzero(labels != -100)
+    return out
