@@ -243,7 +243,7 @@ def _run(block, lengths, seqs, path, *, world_size=1, stop_at=None, lr=1e-2, opt
 def test_the_loops_steps_are_token_weighted(tmp_path):
     """Two epochs of the documented loop equal, step for step, SGD on each step's token-mean
     loss computed with every sequence alone."""
-    lengths = np.random.default_rng(21).integers(2, 40, 30)
+    lengths = np.random.default_rng(21).integers(2, 40, 20)
     seqs = _sequences(lengths, seed=21)
     trained, sampler = _run(_loop_block(), lengths, seqs, tmp_path / "c.pt")
     m, opt, steps = _model(), None, []
@@ -253,7 +253,7 @@ def test_the_loops_steps_are_token_weighted(tmp_path):
         mbs = list(sampler)
         steps += [[(seqs[i], ref.trained_tokens(len(seqs[i]))) for mb in mbs[k:k + 2] for i in mb]
                   for k in range(0, len(mbs), 2)]
-    assert len(steps) >= 4
+    assert len(steps) >= 3
     ref.train_steps(m, opt, steps)
     for a, b in zip(trained.parameters(), m.parameters()):
         torch.testing.assert_close(a, b, atol=2e-6, rtol=1e-5)
