@@ -295,6 +295,8 @@ def test_a_prefetching_dataloader_never_checkpoints_the_sampler_ahead():
     with pytest.raises(RuntimeError, match="num_workers=2.*StatefulDataLoader"):
         s.state_dict()
     del it
+    s.set_epoch(1)                                     # nothing of epoch 1 drawn yet: exact
+    assert s.state_dict()["position"] == 0 and s.state_dict()["epoch"] == 1
     s = sampler()
     loader = torch.utils.data.DataLoader(dataset, batch_sampler=s, collate_fn=PackedCollator())
     it = iter(loader)

@@ -131,7 +131,7 @@ class BalancedBatchSampler:
         if epoch != self.epoch:
             self.epoch, self._schedule, self._step_tokens = epoch, None, None
         self._position = self._resume = self._start = 0
-        self._done = True
+        self._done, self._ahead = True, None  # nothing drawn of this epoch yet
 
     def _total(self) -> int:
         return self.schedule.num_steps * self._M
