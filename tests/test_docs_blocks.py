@@ -175,6 +175,37 @@ def _balance_loop(ns, tmp, stack):
               optimizer=torch.optim.SGD(model.parameters(), lr=1e-3), path=tmp / "checkpoint.pt")
 
 
+def _balance_workers(ns, tmp, stack):
+    pytest.importorskip("torchdata", reason="the block uses torchdata's StatefulDataLoader")
+    _balance_loop(ns, tmp, stack)
+
+
+def _learnable_dataset(completion_mask=False):
+    """Sequences counting up from a random start (a tiny model learns them in a few steps)."""
+    datasets = pytest.importorskip("datasets", reason="pack_dataset packs a Hugging Face dataset: pip install datasets")
+    rng = np.random.default_rng(14)
+    ids = [[(int(a) + j) % 1000 for j in range(n)] for a, n in zip(rng.integers(1, 1000, 100), rng.integers(4, 100, 100))]
+    cols = {"input_ids": ids}
+    if completion_mask:
+        cols["completion_mask"] = [[0] * (len(x) // 3) + [1] * (len(x) - len(x) // 3) for x in ids]
+    return datasets.Dataset.from_dict(cols)
+
+
+def _training_trainer(ns, tmp, stack):
+    ns.update(model=_tiny_model(), dataset=_learnable_dataset())
+
+
+def _training_sft(ns, tmp, stack):
+    pytest.importorskip("trl", reason="the block runs TRL's SFTTrainer: pip install trl")
+    transformers = pytest.importorskip("transformers")
+    from tokenizers import Tokenizer, models
+
+    vocab = {f"t{i}": i for i in range(1000)}
+    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="t0")),
+                                                     pad_token="t0", eos_token="t1")
+    ns.update(model=_tiny_model(), dataset=_learnable_dataset(completion_mask=True), tokenizer=tokenizer)
+
+
 def _blending_ranks(ns, tmp, stack):
     pytest.importorskip("torch", reason="the block asks torch.distributed for the rank")
     import torch.distributed as dist
@@ -247,12 +278,15 @@ SETUPS = {
     ("docs/arrow.md", "The steps (for your own pipeline)"): _arrow_steps,
     ("docs/balance.md", "Compute-balanced steps for data-parallel training"): _balance_intro,
     ("docs/balance.md", "The training loop"): _balance_loop,
+    ("docs/balance.md", "Resuming with DataLoader workers"): _balance_workers,
     ("docs/blending.md", "Every rank builds only its part (torch.distributed / MPI)"): _blending_ranks,
     ("docs/bucketing.md", "Readahead bucketing and streaming packing"): _bucketing_intro,
     ("docs/formats.md", "The MLPerf BERT packing tool"): _formats_mlperf,
     ("docs/formats.md", "HDF5 for GPT (Cerebras layout)"): _formats_hdf5,
     ("docs/formats.md", "Megatron-Bridge / NeMo packed SFT files"): _formats_megatron,
     ("docs/guide.md", "From lengths to packs to files"): _guide_lengths,
+    ("docs/training.md", "`transformers.Trainer`, with its defaults"): _training_trainer,
+    ("docs/training.md", "TRL's `SFTTrainer`"): _training_sft,
     ("docs/optimal.md", "The certificate: check the bound without packlib"): _optimal_certificate,
     ("docs/pipeline.md", "Packing datasets larger than memory: `pack-dataset`"): _pipeline_intro,
 }

@@ -332,7 +332,7 @@ def test_trl_live(strategy, overflow):
         pytest.skip(f"trl does not import: {e}")
     ds = datasets.Dataset.from_dict(TRL_EXAMPLE)
     want = trl_pack(ds, seq_length=4, strategy=strategy)[:]
-    got = A.pack_dataset(ds, seq_length=4, overflow=overflow)[:]
+    got = A.pack_dataset(ds, seq_length=4, overflow=overflow, position_ids=False)[:]
     assert _segment_multiset(got) == _segment_multiset(want)
     assert _pack_multiset(got) == _pack_multiset(want)
     # and on a batch of random rows (one TRL map batch: both whole-batch BFD)
@@ -341,7 +341,7 @@ def test_trl_live(strategy, overflow):
     ids = [list(range(r * 1000, r * 1000 + n)) for r, n in enumerate(lengths)]
     ds = datasets.Dataset.from_dict({"input_ids": ids, "labels": ids})
     want = trl_pack(ds, seq_length=32, strategy=strategy, map_kwargs={"batch_size": 1000})[:]
-    got = A.pack_dataset(ds, seq_length=32, overflow=overflow)[:]
+    got = A.pack_dataset(ds, seq_length=32, overflow=overflow, position_ids=False)[:]
     assert _segment_multiset(got) == _segment_multiset(want)
     assert len(got["input_ids"]) <= len(want["input_ids"])
     assert got.keys() == want.keys()
@@ -383,16 +383,17 @@ def test_pack_dataset(tmp_path):
     # an index mapping (shuffle / select) is followed, and the format is kept
     sh = mm.shuffle(seed=3).select(range(400)).with_format("numpy", columns=["input_ids"])
     assert sh._indices is not None
-    got = A.pack_dataset(sh, 24, overflow="truncate")
-    assert got.format["type"] == "numpy" and got.format["columns"] == ["input_ids", "seq_lengths"]
+    got = A.pack_dataset(sh, 24, overflow="truncate")          # position_ids by default: Trainer keeps them
+    assert got.format["type"] == "numpy" and got.format["columns"] == ["input_ids", "seq_lengths", "position_ids"]
     flat = pa.table(sh.with_format(None)[:])
-    assert got.with_format(None)[:] == A.pack_table(flat, 24, overflow="truncate").to_pydict()
+    assert got.with_format(None)[:] == A.pack_table(flat, 24, overflow="truncate", position_ids=True).to_pydict()
     assert A.packing_report(got)["rows"] == 400
     # DatasetDict -> DatasetDict, split by split
     dd = A.pack_dataset(datasets.DatasetDict(train=ds, test=ds.select(range(10))), seq_length=24, method="lpfhp", overflow="truncate")
     assert isinstance(dd, datasets.DatasetDict) and set(dd) == {"train", "test"}
     assert A.packing_report(dd["test"])["rows"] == 10
-    assert dd["train"][:] == A.pack_table(ds.data.table, 24, method="lpfhp", overflow="truncate").to_pydict()
+    assert dd["train"][:] == A.pack_table(ds.data.table, 24, method="lpfhp", overflow="truncate",
+                                          position_ids=True).to_pydict()
     with pytest.raises(TypeError, match="IterableDataset"):
         A.pack_dataset(ds.to_iterable_dataset(), 24)
     with pytest.raises(TypeError, match="pack_dataset"):
@@ -540,3 +541,57 @@ def test_non_list_columns_are_left_out_and_reported():
     assert A.packing_report(packed)["left_out_columns"] == ["text", "score"]
     with pytest.raises(TypeError, match="column 'text' is not a list column"):
         A.pack_table(table, 4, columns=["ids", "text"])  # named explicitly: still an error
+
+
+# --------------------------------------------------------------------------------------
+# What feeds a model: token types, and masks kept aligned with their tokens
+# --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("column, values, what", [
+    ("input_ids", [[], ["a", "b", "c"], ["d"]], "string"),
+    ("input_ids", [[], [1.0, 2.0, 3.0], [3.5]], "double"),
+    ("labels", [[], [3.0, 4.0, 5.0], [6.0]], "double"),
+    ("completion_mask", [[], [0.0, 1.0, 1.0], [1.0]], "double"),
+    ("attention_mask", [[], ["1", "1", "1"], ["1"]], "string"),
+])
+def test_token_columns_of_strings_or_floats_are_refused(column, values, what):
+    cols = {"input_ids": [[], [3, 4, 5], [6]], column: values}
+    table = pa.table(cols)
+    with pytest.raises(TypeError, match=f"column '{column}' holds {what}.*row 1"):
+        A.pack_table(table, 4, overflow="split")
+    datasets = pytest.importorskip("datasets")
+    with pytest.raises(TypeError, match=f"column '{column}' holds {what}.*row 1"):
+        A.pack_dataset(datasets.Dataset(table), 4, overflow="split")
+
+
+def test_boolean_masks_and_other_columns_of_any_type_pack():
+    table = pa.table({"input_ids": [[1, 2, 3], [4]], "completion_mask": [[False, True, True], [True]],
+                      "score": [[0.5, 1.5, 2.5], [3.5]]})
+    packed = A.pack_table(table, 4)
+    assert packed.column("completion_mask").to_pylist() == [[False, True, True, True]]
+
+
+@pytest.mark.parametrize("overflow", ["split", "truncate"])
+def test_masks_stay_aligned_with_their_tokens(overflow):
+    """completion_mask / assistant_masks / attention_mask move with input_ids through split and
+    truncate: every packed token keeps its own mask values."""
+    rng = np.random.default_rng(11)
+    lengths = rng.integers(1, 30, 60)
+    ids = [[r * 1000 + j for j in range(n)] for r, n in enumerate(lengths)]
+    masks = {m: [rng.integers(0, 2, n).tolist() for n in lengths]
+             for m in ("completion_mask", "assistant_masks", "attention_mask")}
+    table = pa.table({"input_ids": ids, **masks})
+    packed = A.pack_table(table, 12, overflow=overflow).to_pydict()
+    for r, row in enumerate(packed["input_ids"]):
+        for k, tok in enumerate(row):
+            src, pos = divmod(tok, 1000)
+            for m in masks:
+                assert packed[m][r][k] == masks[m][src][pos]
+    if overflow == "split":
+        assert sum(map(len, packed["input_ids"])) == int(lengths.sum())
+
+
+def test_a_mask_of_another_length_names_the_row():
+    table = pa.table({"input_ids": [[1, 2, 3], [4, 5]], "completion_mask": [[0, 1, 1], [1]]})
+    with pytest.raises(ValueError, match="'completion_mask' has 1 values in row 1 but column 'input_ids' has 2"):
+        A.pack_table(table, 4)

@@ -292,6 +292,9 @@ class _CheckedModel:
     def state_dict(self):
         return self.model.state_dict()
 
+    def load_state_dict(self, state):
+        return self.model.load_state_dict(state)
+
 
 def test_the_documented_training_loop_keeps_sequences_apart(tmp_path):
     (loop,) = _python_blocks("docs/balance.md", "## The training loop")
@@ -312,30 +315,3 @@ def test_the_readme_collator_example_keeps_sequences_apart():
     checked = _CheckedModel(_model("eager"))
     exec(compile(block, "README.md", "exec"), {"model": checked})
     assert checked.rows == 1 and checked.worst <= TOL
-
-
-def test_the_documented_loop_on_real_ranks(tmp_path):
-    """Two real ranks (DistributedDataParallel over gloo on loopback) run the docs' loop: every
-    rank gets the same number of micro-batches (no rank waits forever at a step), every row
-    stays isolated, and the ranks end with the same weights."""
-    import json
-    import socket
-    import subprocess
-    import sys
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    outs = [tmp_path / f"rank{r}.json" for r in range(2)]
-    procs = [subprocess.Popen([sys.executable, "-m", "tests.ddp_worker", str(r), "2", str(port), str(outs[r])],
-                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(2)]
-    try:
-        logs = [p.communicate(timeout=300)[0] for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
-    assert all(p.returncode == 0 for p in procs), "\n".join(logs)[-3000:]
-    seen = [json.loads(o.read_text()) for o in outs]
-    assert seen[0]["rows"] == seen[1]["rows"] >= 8
-    assert max(r["worst"] for r in seen) <= TOL
-    assert seen[0]["checksum"] == seen[1]["checksum"]

@@ -4,7 +4,9 @@ import torch: a batch sampler is any iterable of lists of indices with a ``len()
 
 Every rank builds the same schedule from the same lengths, seed and epoch, alone, at
 start-up; each then yields its own micro-batches, ``micro_batches`` per step, the same
-number on every rank. ``state_dict()`` / ``load_state_dict()`` resume exactly mid-epoch.
+number on every rank. ``state_dict()`` / ``load_state_dict()`` resume exactly mid-epoch, at
+a step boundary; :meth:`BalancedBatchSampler.step_label_tokens` gives each micro-batch the
+trained tokens of its whole step (every rank's), for a token-mean loss without a collective.
 
 >>> import numpy as np
 >>> lengths = np.random.default_rng(0).integers(1, 512, 1000)
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 
 import numpy as np
 
@@ -49,17 +52,31 @@ class BalancedBatchSampler:
         consecutive items of this sampler.
     cost, window, seed, drop_last
         As for :func:`packlib.balance`; ``cost`` defaults to tokens, ``(1.0, 0.0)``.
+    label_tokens : array_like of int, optional
+        How many of each sample's tokens carry a loss term (its labels that are not -100,
+        after its masks), for :meth:`step_label_tokens`. Default ``lengths - 1``: every
+        token but the first, which is what :class:`packlib.torch.PackedCollator` trains of a
+        sample without ``labels`` or masks.
 
     Notes
     -----
     ``set_epoch(epoch)`` before each epoch, as with ``DistributedSampler``: the schedule of
-    each epoch is a new shuffle. ``len()`` is the number of micro-batches of the current
-    epoch, equal on every rank. Each iteration starts the epoch from its beginning, except
-    the first after :meth:`load_state_dict`, which starts where the state was taken.
+    each epoch is a new shuffle. Each iteration starts the epoch from its beginning, except
+    the first after :meth:`load_state_dict`, which starts where the state was taken;
+    ``set_epoch`` of the loaded epoch keeps that position (so ``load_state_dict`` and
+    ``set_epoch`` may come in either order), and ``set_epoch`` of another epoch while a
+    loaded position is pending is refused unless the loaded epoch was finished. ``len()`` is
+    the number of micro-batches the next (or current) iteration yields: the whole epoch's,
+    equal on every rank, or what remains of it after a resume.
+
+    A ``DataLoader`` with ``num_workers >= 1`` draws micro-batches ahead of the loop, so
+    this sampler's position is not what the loop consumed: :meth:`state_dict` refuses then
+    (``RuntimeError``). torchdata's ``StatefulDataLoader`` accounts for what was consumed:
+    checkpoint its ``state_dict()`` instead (it holds this sampler's).
     """
 
     def __init__(self, lengths, max_sequence_length, max_sequences_per_pack=None, *, rank, world_size,
-                 micro_batches=1, cost=(1.0, 0.0), window=None, seed=0, drop_last=True):
+                 micro_batches=1, cost=(1.0, 0.0), window=None, seed=0, drop_last=True, label_tokens=None):
         window = DEFAULT_WINDOW if window is None else window
         self._settings = balance_settings(lengths, max_sequence_length, max_sequences_per_pack,
                                           world_size=world_size, micro_batches=micro_batches, cost=cost,
@@ -70,7 +87,13 @@ class BalancedBatchSampler:
         self.epoch = 0
         self._position = 0  # micro-batches of this epoch already yielded
         self._resume = 0  # where the next iteration starts (set by load_state_dict)
+        self._loaded = False  # a loaded position waits for the next iteration
+        self._start = 0  # where the current (or last) iteration started
+        self._done = True  # the last iteration ran to the end (or none began)
+        self._ahead = None  # the number of workers of a DataLoader that draws ahead of the loop
         self._schedule = None
+        self._step_tokens = None
+        self._label_tokens = _as_label_tokens(label_tokens, self._settings.lengths)
         self._fingerprint = self._make_fingerprint()
 
     # -- the schedule ---------------------------------------------------------------------
@@ -82,26 +105,47 @@ class BalancedBatchSampler:
         return self._schedule
 
     def set_epoch(self, epoch: int) -> None:
-        """Use the schedule of ``epoch`` from now on (from its start).
+        """Use the schedule of ``epoch`` from now on (from its start, or from a position
+        :meth:`load_state_dict` loaded for this epoch).
 
         Parameters
         ----------
         epoch : int
-            ``>= 0``.
+            ``>= 0``. While a loaded position waits, another epoch than the loaded one is a
+            ``ValueError`` (it would silently restart or skip the loaded epoch's rest),
+            except the next one when the loaded epoch was finished.
         """
         from .._validate import as_nonnegative_int
 
         epoch = as_nonnegative_int(epoch, "epoch")
+        if self._loaded:
+            if epoch == self.epoch:
+                return
+            if not (epoch == self.epoch + 1 and self._resume == self._total()):
+                raise ValueError(
+                    f"set_epoch({epoch}) after load_state_dict loaded epoch {self.epoch} at micro-batch "
+                    f"{self._resume} of {self._total()}: that would silently drop the loaded position; start the "
+                    f"loop at the loaded epoch (for epoch in range(sampler.epoch, epochs)), or make a new sampler "
+                    "to start over")
+            self._loaded = False
         if epoch != self.epoch:
-            self.epoch, self._schedule = epoch, None
-        self._position = self._resume = 0
+            self.epoch, self._schedule, self._step_tokens = epoch, None, None
+        self._position = self._resume = self._start = 0
+        self._done, self._ahead = True, None  # nothing drawn of this epoch yet
 
-    def __len__(self) -> int:
+    def _total(self) -> int:
         return self.schedule.num_steps * self._M
 
+    def __len__(self) -> int:
+        if self._loaded:
+            return self._total() - self._resume
+        return self._total() - (0 if self._done else self._start)
+
     def __iter__(self):
-        start, self._resume = self._resume, 0
-        self._position = start
+        start, self._resume, self._loaded = self._resume, 0, False
+        self._position = self._start = start
+        self._done = False
+        self._ahead = _prefetching_workers(sys._getframe(1))
         return self._micro_batches(start)
 
     def _micro_batches(self, start: int):
@@ -112,6 +156,29 @@ class BalancedBatchSampler:
             k = (step * W + r) * M + m
             self._position = i + 1
             yield ix[o[k]:o[k + 1]].tolist()
+        self._done = True  # the next iteration is the whole epoch again
+
+    def step_label_tokens(self):
+        """For each micro-batch of the current iteration, in order, the trained tokens of its
+        whole step: every rank's micro-batches of that step together (``label_tokens`` of
+        their samples). What makes a step's loss the token mean over all of them with no
+        collective and no lookahead: ``model(**batch, num_items_in_batch=n).loss`` is the
+        micro-batch's token-loss sum over ``n``, and DDP's average over ranks is undone by
+        ``* world_size``. At least 1 (a step that trains no token has a loss sum of 0).
+
+        An iterator, read lazily: zip it with the loader (``zip(loader, sampler.step_label_tokens())``),
+        so that it starts where the loader's iteration of this sampler started (a resume
+        included), whatever the loader's workers draw ahead.
+        """
+        if self._step_tokens is None:
+            s = self.schedule
+            o, ix = s.packs.offsets, s.packs.indices
+            per_sample = np.concatenate([[0], np.cumsum(self._label_tokens[ix])])
+            per_pack = per_sample[o[1:]] - per_sample[o[:-1]]
+            self._step_tokens = per_pack.reshape(s.num_steps, self._W * self._M).sum(axis=1)
+        tokens, start, M = self._step_tokens, self._start, self._M
+        for i in range(start, tokens.size * M):
+            yield max(int(tokens[i // M]), 1)  # a step that trains nothing: its sum is 0 too
 
     # -- checkpoints ----------------------------------------------------------------------
     def _make_fingerprint(self) -> str:
@@ -123,7 +190,20 @@ class BalancedBatchSampler:
 
     def state_dict(self) -> dict:
         """Where this rank is: the epoch and how many micro-batches of it were yielded,
-        with a fingerprint of the lengths and settings (checked on load)."""
+        with a fingerprint of the lengths and settings (checked on load). Take it between
+        optimizer steps (:meth:`load_state_dict` refuses a position inside a step).
+
+        Raises ``RuntimeError`` while a ``torch.utils.data.DataLoader`` with workers draws
+        this sampler: it runs ahead of what the loop consumed, so the position would skip
+        micro-batches on resume (use torchdata's ``StatefulDataLoader`` and its state).
+        """
+        if self._ahead:
+            raise RuntimeError(
+                f"this sampler is drawn by a DataLoader with num_workers={self._ahead}, which takes micro-batches "
+                f"ahead of the training loop (prefetch): its position ({self._position}) is not what the loop "
+                "consumed, and a resume from it would skip micro-batches. Use torchdata's StatefulDataLoader (a "
+                "drop-in DataLoader) and checkpoint loader.state_dict(), which holds this sampler's state at what "
+                "the loop consumed; or num_workers=0")
         return {"version": _STATE_VERSION, "epoch": self.epoch, "position": self._position, "rank": self.rank,
                 "fingerprint": self._fingerprint}
 
@@ -153,14 +233,56 @@ class BalancedBatchSampler:
             raise ValueError(f"this state is rank {state.get('rank')}'s; this sampler is rank {self.rank}'s")
         epoch = as_nonnegative_int(state.get("epoch"), "state['epoch']")
         position = as_nonnegative_int(state.get("position"), "state['position']")
+        self._loaded = False
         self.set_epoch(epoch)
-        if position > len(self):
-            raise ValueError(f"state['position'] = {position} is past the epoch's {len(self)} micro-batches")
+        total = self._total()
+        if position > total:
+            raise ValueError(f"state['position'] = {position} is past the epoch's {total} micro-batches")
+        if position % self._M and position != total:
+            raise ValueError(f"state['position'] = {position} is inside a step ({self._M} micro-batches per step): "
+                             "the micro-batches of the step before it were never applied by an optimizer step, so a "
+                             "resume from here trains the wrong thing; take the state after optimizer.step()")
         self._position = self._resume = position
+        self._loaded = True
 
     def __repr__(self) -> str:
         return (f"BalancedBatchSampler(rank {self.rank} of {self._W}, {self._M} micro-batches per step, "
                 f"epoch {self.epoch}, {self._settings.lengths.size:,} samples)")
+
+
+def _as_label_tokens(label_tokens, lengths: np.ndarray) -> np.ndarray:
+    """Each sample's trained tokens: ``lengths - 1`` by default, else checked against them."""
+    if label_tokens is None:
+        return lengths - 1
+    from .._validate import as_int_array
+
+    t = as_int_array(label_tokens, "label_tokens", minimum=0)
+    if t.size != lengths.size:
+        raise ValueError(f"label_tokens holds {t.size} counts for {lengths.size} lengths: one count per sample")
+    bad = t >= lengths
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"label_tokens[{i}] = {t[i]} but sample {i} holds {lengths[i]} tokens: at most length - 1 "
+                         "of a sample's tokens are trained (nothing predicts its first)")
+    return t
+
+
+def _prefetching_workers(frame):
+    """``num_workers`` of the ``torch.utils.data.DataLoader`` iterator calling ``iter()`` on
+    the sampler, when it draws ahead of its consumer and keeps no state of what was consumed
+    (torchdata's ``StatefulDataLoader`` does: it has ``state_dict``); else ``None``. Looks
+    only at the calling frames' ``self`` and never imports torch."""
+    loader_module = sys.modules.get("torch.utils.data.dataloader")
+    base = getattr(loader_module, "_BaseDataLoaderIter", None)
+    for _ in range(3):
+        if frame is None or base is None:
+            return None
+        owner = frame.f_locals.get("self")
+        if isinstance(owner, base):
+            workers = getattr(owner, "_num_workers", 0)
+            return workers if workers > 0 and not hasattr(owner, "state_dict") else None
+        frame = frame.f_back
+    return None
 
 
 BalancedBatchSampler.__module__ = "packlib"  # pickles and reprs name the public path, which never moves

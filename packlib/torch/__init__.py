@@ -11,6 +11,8 @@ object here is used, so ``import packlib.torch`` works without it.
   request a 4-D block-diagonal causal mask. ``loss = model(**batch).loss`` is then the
   token-weighted loss of the row's sequences, each computed as if alone.
 - :func:`block_causal_mask` is that mask on its own.
+- :func:`label_tokens` counts the tokens the collator trains of each example (the
+  ``label_tokens`` of :class:`packlib.BalancedBatchSampler` for data with labels or masks).
 - :class:`CheckpointableDataset` wraps a checkpointable iterator as an ``IterableDataset``.
 
 >>> from packlib.torch import PackedCollator
@@ -29,9 +31,11 @@ from __future__ import annotations
 from ._calibrate import CostFit, calibrate_cost, calibration_rows
 from ._checkpoint import ITERABLE_NAME, CheckpointableDataset, iterable_dataset_class
 from ._collator import PackedCollator
+from ._examples import label_tokens
 from ._masks import block_causal_mask
 
-__all__ = ["PackedCollator", "block_causal_mask", "CheckpointableDataset", "calibrate_cost", "calibration_rows", "CostFit"]
+__all__ = ["PackedCollator", "block_causal_mask", "CheckpointableDataset", "label_tokens", "calibrate_cost",
+           "calibration_rows", "CostFit"]
 
 
 def __getattr__(name):

@@ -6,55 +6,30 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .._validate import as_bool, as_choice, as_int, as_int_array
+from .._validate import as_bool, as_choice, as_int
 from ..formats.varlen import hf_flattening_batch
+from ._examples import read_example
 from ._lazy import require_torch
 from ._masks import block_causal_mask
 
 _MASKS = ("4d",)  # besides None: no mask
 
 
-def _example(example, k: int):
-    """``(tokens, lengths, labels or None)`` of ``examples[k]``, checked."""
-    if isinstance(example, Mapping):
-        if "input_ids" not in example:
-            raise ValueError(
-                f"examples[{k}] has no 'input_ids' (its keys: {sorted(map(str, example))}): give each example "
-                "its token ids under 'input_ids', or the ids themselves"
-            )
-        where = f"examples[{k}]['input_ids']"
-        ids = as_int_array(example["input_ids"], where, minimum=0)
-        labels, seq_lengths = example.get("labels"), example.get("seq_lengths")
-    else:
-        where = f"examples[{k}]"
-        ids, labels, seq_lengths = as_int_array(example, where, minimum=0), None, None
-    if ids.size == 0:
-        raise ValueError(f"{where} is empty: every sequence needs at least one token")
-    if seq_lengths is None:
-        lens = np.array([ids.size], dtype=np.int64)
-    else:
-        lens = as_int_array(seq_lengths, f"examples[{k}]['seq_lengths']", allow_empty=False, minimum=1)
-        if int(lens.sum()) != ids.size:
-            raise ValueError(
-                f"examples[{k}]['seq_lengths'] sum to {int(lens.sum())} but its input_ids hold {ids.size} tokens: "
-                "seq_lengths must split the row's tokens exactly (as pack_table writes them)"
-            )
-    if labels is not None:
-        labels = as_int_array(labels, f"examples[{k}]['labels']")
-        if labels.size != ids.size:
-            raise ValueError(f"examples[{k}]['labels'] holds {labels.size} values for {ids.size} input_ids: one label per token")
-    return ids, lens, labels
-
-
 class PackedCollator:
     """Collate a micro-batch into one packed row whose sequences the model keeps apart.
 
-    Every example is one sequence (``{"input_ids": ...}``, optionally ``"labels"``, or the
-    ids themselves) or one row that :func:`packlib.formats.arrow.pack_table` packed
-    (``"seq_lengths"`` splits its ``input_ids``). All of them are laid end to end in one row
-    of shape ``(1, T)``, with no padding. The batch holds torch tensors ``input_ids``,
-    ``labels`` (each sequence's first label ``separator_id``, so no sequence predicts the next
-    one's first token), ``position_ids`` (restarting at 0 for every sequence) and:
+    Every example is one sequence (``{"input_ids": ...}``, or the ids themselves) or one
+    row that :func:`packlib.formats.arrow.pack_table` / ``pack_dataset`` packed: its
+    ``seq_lengths``, or else its ``position_ids`` restarting at 0 (all that
+    ``transformers.Trainer`` keeps of a packed row by default), split its ``input_ids``
+    into sequences; a row with neither is one sequence. An example may carry ``labels``
+    (-100: not trained), ``completion_mask`` and ``assistant_masks`` (TRL's; 0: not
+    trained) and ``attention_mask`` (0: padding, dropped from the row): a token is trained
+    only where every one of them given allows it (``docs/training.md``). All of them are
+    laid end to end in one row of shape ``(1, T)``, with no padding. The batch holds torch
+    tensors ``input_ids``, ``labels`` (each sequence's first label ``separator_id``, so no
+    sequence predicts the next one's first token), ``position_ids`` (restarting at 0 for
+    every sequence) and:
 
     - ``use_cache=False``: Hugging Face models (transformers 5) build a block-diagonal mask
       from ``position_ids`` for eager, sdpa and flex attention only when no KV cache is made,
@@ -104,15 +79,16 @@ class PackedCollator:
         torch = require_torch()
         if isinstance(examples, (Mapping, str, bytes)) or not hasattr(examples, "__len__") or len(examples) == 0:
             raise ValueError("examples must be a non-empty list of samples (dicts with 'input_ids', or token id lists)")
-        parts = [_example(e, k) for k, e in enumerate(examples)]
+        parts = [read_example(e, k) for k, e in enumerate(examples)]
         tokens = np.concatenate([p[0] for p in parts])
+        if tokens.size == 0:
+            raise ValueError("every token of this micro-batch is padding (attention_mask 0): nothing to train on")
         lens = np.concatenate([p[1] for p in parts])
         batch = hf_flattening_batch(tokens, lens, return_flash_attn_kwargs=self.flash_attn_kwargs,
                                     separator_id=self.separator_id)
-        if any(p[2] is not None for p in parts):
-            labels = np.concatenate([p[0] if p[2] is None else p[2] for p in parts])
-            labels[np.cumsum(lens) - lens] = self.separator_id
-            batch["labels"] = labels[None, :]
+        labels = np.concatenate([p[2] for p in parts])
+        labels[np.cumsum(lens) - lens] = self.separator_id
+        batch["labels"] = labels[None, :]
         out = {k: torch.from_numpy(np.ascontiguousarray(v)) if isinstance(v, np.ndarray) else v
                for k, v in batch.items()}
         if self.attention_mask == "4d":

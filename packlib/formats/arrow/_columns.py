@@ -7,6 +7,10 @@ REPORT_KEY = b"packlib"
 #: The columns the packed output adds.
 SEQ_LENGTHS = "seq_lengths"
 POSITION_IDS = "position_ids"
+#: Columns whose values are token ids: integers only.
+TOKEN_COLUMNS = ("input_ids", "labels")
+#: Columns whose values are per-token flags or positions: integers or booleans.
+MASK_COLUMNS = ("attention_mask", "completion_mask", "assistant_masks", POSITION_IDS)
 
 
 def _pyarrow():
@@ -170,6 +174,25 @@ def null_rows(table, column: str, rows=None) -> int:
     return int(np.count_nonzero(~valid[rows]))
 
 
+def _check_token_types(schema, columns, lens: np.ndarray, first_row: int) -> None:
+    """A ``TypeError`` naming the column and its first non-empty row when a token column
+    (``input_ids``, ``labels``) holds anything but integers, or a mask column anything but
+    integers or booleans: strings or floats there are untokenised or mistyped data, which a
+    model would fail on (or train on) much later."""
+    pa = _pyarrow()
+    for name in columns:
+        if name not in TOKEN_COLUMNS and name not in MASK_COLUMNS:
+            continue
+        t = schema.field(name).type.value_type
+        if pa.types.is_integer(t) or (name in MASK_COLUMNS and pa.types.is_boolean(t)):
+            continue
+        filled = np.flatnonzero(lens > 0)
+        where = f"row {first_row + int(filled[0])}" if filled.size else "every row is empty"
+        want = "integer token ids" if name in TOKEN_COLUMNS else "integers or booleans (one per token)"
+        raise TypeError(f"column {name!r} holds {t} values ({where}) but must hold {want}; tokenize the text "
+                        f"first, or cast the column (table.set_column(..., {name!r}, column.cast(pa.list_(pa.int64()))))")
+
+
 def row_lengths(table, columns, *, first_row: int = 0) -> np.ndarray:
     """Tokens per row (int64, one per table row), checking the columns agree row by row.
 
@@ -185,11 +208,15 @@ def row_lengths(table, columns, *, first_row: int = 0) -> np.ndarray:
     -----
     Null list rows count as empty (0). Raises ``ValueError`` naming the column and the
     first row where a column's length differs from the first column's, or where a row
-    holds a null value (a null token cannot be packed).
+    holds a null value (a null token cannot be packed); ``TypeError`` naming the column and
+    row when ``input_ids`` or ``labels`` hold anything but integers, or a mask column
+    (``attention_mask``, ``completion_mask``, ``assistant_masks``, ``position_ids``)
+    anything but integers or booleans.
     """
     table = _as_table_like(table)
     columns = select_list_columns(table.schema, columns)
     first = _column_lengths(table.column(columns[0]), columns[0], first_row)
+    _check_token_types(table.schema, columns, first, first_row)
     for name in columns[1:]:
         lens = _column_lengths(table.column(name), name, first_row)
         bad = lens != first

@@ -165,11 +165,15 @@ def packing_report(table) -> dict:
 
 
 def pack_dataset(dataset, max_sequence_length=None, *, seq_length=None, columns=None, method="bfd",
-                 max_sequences_per_pack=None, overflow="error", position_ids=False, seed=0):
+                 max_sequences_per_pack=None, overflow="error", position_ids=True, seed=0):
     """Pack a Hugging Face ``datasets.Dataset`` (or each split of a ``DatasetDict``), whole.
 
     Takes the same arguments as :func:`pack_table` and returns the same type it was
-    given. The dataset's Arrow table is read in place (a memory-mapped dataset is not
+    given, except that ``position_ids`` defaults to ``True``: the packed rows carry
+    ``position_ids`` restarting at every sequence, the one column that tells where a packed
+    row's sequences start and that ``transformers.Trainer`` keeps with its default
+    ``remove_unused_columns=True`` (it drops ``seq_lengths``, ``completion_mask`` and
+    ``assistant_masks``). :class:`packlib.torch.PackedCollator` splits a row by either. The dataset's Arrow table is read in place (a memory-mapped dataset is not
     loaded first; an index mapping from ``select`` / ``shuffle`` is followed without
     flattening it); the packed dataset is held in memory. The dataset's format
     (``with_format("torch")``, ...) is kept, with ``seq_lengths`` (and ``position_ids``)
@@ -179,8 +183,10 @@ def pack_dataset(dataset, max_sequence_length=None, *, seq_length=None, columns=
     Parameters
     ----------
     dataset : datasets.Dataset or datasets.DatasetDict
-    max_sequence_length, seq_length, columns, method, max_sequences_per_pack, overflow, position_ids, seed
+    max_sequence_length, seq_length, columns, method, max_sequences_per_pack, overflow, seed
         As for :func:`pack_table`.
+    position_ids : bool, default True
+        Add the ``position_ids`` column (``False``: only TRL's columns).
     """
     ds_mod = _datasets()
     if isinstance(dataset, ds_mod.DatasetDict):
