@@ -192,12 +192,13 @@ def test_stress_signals_at_random_moments(inputs, tmp_path):
     """Fifty runs signalled at a random moment after the run starts: each one is stopped
     cleanly, or (signalled too late) finished with its whole output, never anything else."""
     rng = random.Random(0)
+    (tmp_path / "probe").mkdir()
     t0 = time.monotonic()
     done = subprocess.run(command(inputs, tmp_path / "probe", 2), capture_output=True, text=True,
                           env=dict(os.environ, PYTHONPATH=ROOT))
     assert done.returncode == 0, done.stderr
     span = time.monotonic() - t0
-    cases = []
+    cases, stopped = [], []
     for k in range(50):
         signame, workers, delay = rng.choice(SIGNALS), rng.choice((1, 2)), rng.uniform(0, span)
         name = f"random-{k}-{signame}-w{workers}-{delay:.3f}s"
@@ -224,6 +225,38 @@ def test_stress_signals_at_random_moments(inputs, tmp_path):
                 problems += [f"processes left {left}"] if left else []
                 problems += [f"stderr {lines}"] if lines else []
                 return [f"{name}: {p}" for p in problems]
+            stopped.append(name)
             return check_stopped(name, parent, proc.returncode, lines, left, signame)
         cases.append((name, case))
     run_cases(cases)
+    assert len(stopped) >= 10, f"only {len(stopped)} of the 50 runs were signalled before they finished"
+
+
+def _ray_processes() -> list:
+    found = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/cmdline", "rb") as fh:
+                    cmd = fh.read()
+                with open(f"/proc/{d}/stat", "rb") as fh:
+                    stat = fh.read()
+            except OSError:
+                continue
+            if stat[stat.rindex(b")") + 2:].split()[0] != b"Z" and (b"ray::" in cmd or b"raylet" in cmd or b"gcs_server" in cmd):
+                found.append(int(d))
+    return found
+
+
+def test_the_ray_engine_at_a_few_boundaries(inputs, tmp_path):
+    pytest.importorskip("ray")
+    if _ray_processes():
+        pytest.skip("a Ray instance already runs on this machine")
+    problems = []
+    for point, signame in (("lengths:end", "SIGINT"), ("assemble:start", "SIGTERM")):
+        parent = tmp_path / point.replace(":", "-")
+        status, lines, left = run_stopped(command(inputs, parent, 2, engine="ray"), parent, [point], [signame])
+        problems += check_stopped(f"ray {point} {signame}", parent, status, lines, left, signame)
+        if not _wait(lambda: not _ray_processes(), 30):
+            problems.append(f"ray {point} {signame}: Ray processes left {_ray_processes()}")
+    assert not problems, "\n".join(problems)
