@@ -24,7 +24,7 @@ class VerifyError(PipelineError):
 
 
 class Interrupted(KeyboardInterrupt):
-    """The run was stopped by a signal (SIGTERM, SIGHUP); nothing was written.
+    """The run was stopped by a signal (SIGINT, SIGTERM, SIGHUP); nothing was written.
     ``signum`` is the signal; a command exits with status ``128 + signum``."""
 
     def __init__(self, signum: int):
