@@ -158,11 +158,11 @@ def _greedy(h, L, depth, longest_first):
 @jit
 def spfhp(h, L, depth):
     """Shortest-pack-first: each length joins the open group with the most free space."""
-    return _greedy(h, L, depth, np.bool_(False))  # a bool, not a literal: one compilation for both
+    return _greedy(h, L, depth, False)  # a literal: compiled apart from LPFHP, its branches folded
 
 
 @jit
 def lpfhp(h, L, depth):
     """Longest-pack-first: each length joins the open group with the least free space that
     fits, as many copies at once as fit (the reference's ``distribute=True``)."""
-    return _greedy(h, L, depth, np.bool_(True))
+    return _greedy(h, L, depth, True)
