@@ -17,6 +17,7 @@ from ._validate import (
     check_total,
     exact_sum,
     readonly,
+    readonly_view,
     seed_to_int64,
 )
 
@@ -124,7 +125,8 @@ class PackingPlan(_Figures):
         check_total(exact_sum(counts), "counts", "number of packs")
         check_total(exact_sum(counts, per_row), "counts", "number of sequences")
         check_total(exact_sum(counts, tokens), "counts", "number of tokens")
-        it, off, c = canonical_rows(np.ascontiguousarray(items, dtype=np.int64), offsets, counts)
+        it, off, c = canonical_rows(readonly_view(np.ascontiguousarray(items, dtype=np.int64)), readonly_view(offsets),
+                                    readonly_view(counts))
         depth = as_depth(depth)
         if lower_bound is not None:
             lower_bound = as_nonnegative_int(lower_bound, "lower_bound", maximum=None)
@@ -265,8 +267,8 @@ class PackingPlan(_Figures):
                 f"lengths do not match the plan's histogram: {shown}{more}; "
                 "build the plan from histogram(lengths, max_sequence_length)"
             )
-        offsets, indices, out_lengths = assign_plan(self.strategy_items, self.strategy_offsets, self.counts, lengths, L,
-                                                    seed_to_int64(seed))
+        offsets, indices, out_lengths = assign_plan(self.strategy_items, self.strategy_offsets, self.counts,
+                                                    readonly_view(lengths), L, seed_to_int64(seed))
         return Packs._unchecked(offsets, indices, out_lengths, L, self.max_sequences_per_pack)
 
     # -- export -------------------------------------------------------------------------

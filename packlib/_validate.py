@@ -329,6 +329,15 @@ def readonly(a: np.ndarray) -> np.ndarray:
     return a
 
 
+def readonly_view(a: np.ndarray) -> np.ndarray:
+    """A read-only view of ``a`` (``a`` keeps its flags; no copy). Kernels that only read
+    an input get it this way from every caller, so numba compiles them once, not once for
+    writable and once for read-only (frozen result) arrays."""
+    view = a.view()
+    view.flags.writeable = False
+    return view
+
+
 # --------------------------------------------------------------------------- other shapes
 
 

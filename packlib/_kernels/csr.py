@@ -2,6 +2,7 @@
 import numpy as np
 
 from .._jit import jit
+from .sorting import sort_ints
 
 
 @jit
@@ -43,6 +44,27 @@ def csr_from_assignment(order, pack_of, n_packs):
         indices[cursor[p]] = order[k]
         cursor[p] += 1
     return offsets, indices
+
+
+@jit
+def by_size(size, n, limit):
+    """The packs ``t < n`` with ``size[t] < limit`` (``size[t] >= 0``), smallest first and in
+    pack order among equals: a stable counting sort, ``O(n + max size)``."""
+    top = np.int64(0)
+    for t in range(n):
+        top = max(top, size[t]) if size[t] < limit else top
+    first = np.zeros(top + 2, np.int64)  # where each size starts in ``order``, then its next slot
+    for t in range(n):
+        if size[t] < limit:
+            first[size[t] + 1] += 1
+    for s in range(top + 1):
+        first[s + 1] += first[s]
+    order = np.empty(first[top + 1], np.int64)
+    for t in range(n):
+        if size[t] < limit:
+            order[first[size[t]]] = t
+            first[size[t]] += 1
+    return order
 
 
 @jit
@@ -115,7 +137,7 @@ def canonical_rows(items, offsets, counts):
             if items[k] > 0:
                 sizes[s] += 1
         keep[s] = counts[s] > 0 and sizes[s] > 0
-    n_rows = 0
+    n_rows = np.int64(0)  # not a literal 0, which numba would compile the callees for as well
     total = 0
     for s in range(S):
         if keep[s]:
@@ -133,12 +155,17 @@ def canonical_rows(items, offsets, counts):
             if items[k] > 0:
                 rows[t] = items[k]
                 t += 1
-        rows[off[r]:t] = -np.sort(-rows[off[r]:t])
+        sort_ints(rows[off[r]:t])
+        lo, hi = off[r], t - 1
+        while lo < hi:  # descending
+            rows[lo], rows[hi] = rows[hi], rows[lo]
+            lo += 1
+            hi -= 1
         off[r + 1] = t
         cnt[r] = counts[s]
         r += 1
     order = np.arange(n_rows)
-    _merge_sort_rows(rows, off, order, np.empty(n_rows, np.int64), 0, n_rows)
+    _merge_sort_rows(rows, off, order, np.empty(n_rows, np.int64), np.int64(0), n_rows)
     out_items = np.empty(total, np.int64)
     out_off = np.zeros(n_rows + 1, np.int64)
     out_cnt = np.zeros(n_rows, np.int64)

@@ -16,7 +16,9 @@ exchange appends the two new rows. Whole groups of identical packs are exchanged
 import numpy as np
 
 from .._jit import jit
+from .csr import by_size
 from .optimal import _grown, exact_fill
+from .sorting import sort_ints
 
 PAIR_WIDTH = 6  # packs of at most this many sequences offer pairs (15 sums each) to exchange
 
@@ -89,13 +91,12 @@ def _holder_lists(arena, start, size, T, L, D):
         hstart[x] += hstart[x - 1]
     holders = np.zeros(hstart[L + 1], np.int64)
     fill = hstart.copy()
-    for t in np.argsort(size[:T], kind="mergesort"):  # fewest sequences (most room) first
-        if size[t] < D:
-            for i in range(size[t]):
-                v = arena[start[t] + i]
-                if i == 0 or v != arena[start[t] + i - 1]:
-                    holders[fill[v]] = t
-                    fill[v] += 1
+    for t in by_size(size, T, D):  # fewest sequences (most room) first, stable
+        for i in range(size[t]):
+            v = arena[start[t] + i]
+            if i == 0 or v != arena[start[t] + i - 1]:
+                holders[fill[v]] = t
+                fill[v] += 1
     return hstart, holders
 
 
@@ -302,7 +303,7 @@ def _repair_pass(arena, start, size, cnt, T, top, L, D):
         tree[i] = max(tree[2 * i], tree[2 * i + 1])
     prefix, taken = _scratch(size, T, D)
     exchanges = 0
-    p = 0
+    p = np.int64(0)  # not a literal 0, which numba would compile the callees for as well
     while p < n_rows:  # the deep rows an exchange appends are treated again
         n = size[p]
         c = cnt[p]
@@ -313,7 +314,7 @@ def _repair_pass(arena, start, size, cnt, T, top, L, D):
             q, m = _find_partner(arena[start[p] : start[p] + n], n, D, L, prefix, taken, tree, P, hptr, holders, 16)
             if q < 0:
                 break
-            arena, start, size, cnt, n_rows, top, c = _apply(arena, top, start, size, cnt, n_rows, p, q, taken, m, 0, c)
+            arena, start, size, cnt, n_rows, top, c = _apply(arena, top, start, size, cnt, n_rows, p, q, taken, m, np.int64(0), c)
             exchanges += 1
             if cnt[q] == 0:
                 _retire(q, arena, start, size, cnt, hstart, holders, hptr, tree, P, D)
@@ -329,7 +330,7 @@ def _pair_sums(arena, start, size, t, out):
         for x in range(i + 1, size[t]):
             out[k] = arena[start[t] + i] + arena[start[t] + x]
             k += 1
-    out[:k].sort()
+    sort_ints(out[:k])
     d = 0
     for i in range(k):
         if i == 0 or out[i] != out[i - 1]:
@@ -475,7 +476,8 @@ def depth_repair(items, offsets, counts, L, D, rounds=32, passes=8):
         if n_left == 0 or (left >= 0 and 50 * n_left >= 49 * left) or r == rounds - 1:  # shrinks by < 2 %
             break
         left = n_left
-        r_items, r_offsets, r_counts = exact_fill(residual, L, 0, 2)
+        # int64 arguments, not literals: one compilation of exact_fill serves every caller
+        r_items, r_offsets, r_counts = exact_fill(residual, L, np.int64(0), np.int64(2))
         items = np.concatenate((items, r_items))
         offsets = np.concatenate((offsets, r_offsets[1:] + offsets[-1]))
         counts = np.concatenate((counts, r_counts))

@@ -14,6 +14,7 @@ import numpy as np
 
 from .._jit import jit
 from .growable import grow1, grow2
+from .sorting import sort_ints
 from .greedy import lpfhp
 
 # ----------------------------------------------------------------------------- pricing
@@ -143,7 +144,7 @@ def _remove(T, p, k, col_len, col_mult, col_n, u, x):
 @jit
 def _store_column(parts, n_parts, col_len, col_mult, col_n, p):
     """Column ``p`` from the priced strategy ``parts``: its distinct lengths and multiplicities."""
-    parts[:n_parts].sort()
+    sort_ints(parts[:n_parts])
     k = 0
     for t in range(n_parts):
         if k > 0 and col_len[p, k - 1] == parts[t]:
@@ -267,7 +268,7 @@ def nnls_columns(b, w2, L, D, max_outer):
     for l in range(L):
         scale = max(scale, abs(wb[l]))
     tol = 1e-9 * scale
-    p = 0
+    p = np.int64(0)  # not a literal 0, which numba would compile the callees for as well
     for _ in range(max_outer):
         value, n_parts = _price(rho, L, D, f, arg, parts)
         if value <= tol or p >= pmax:
@@ -293,7 +294,7 @@ def nnls_columns(b, w2, L, D, max_outer):
 @jit
 def _append_group(rows, counts, n_rows, width, col_len, col_mult, col_n, i, count):
     rows = grow2(rows, n_rows + 1)
-    counts = grow1(counts, n_rows + 1)
+    counts = grow1(counts, n_rows + 1, n_rows)
     j = 0
     for t in range(col_n[i] - 1, -1, -1):  # lengths ascending -> row descending
         for _ in range(col_mult[i, t]):
@@ -353,7 +354,7 @@ def _edit_slots(rows, counts, n_rows, old, new, k):
                     k -= counts[g]
                 else:
                     rows = grow2(rows, n_rows + 1)
-                    counts = grow1(counts, n_rows + 1)
+                    counts = grow1(counts, n_rows + 1, n_rows)
                     rows[n_rows] = rows[g]
                     counts[n_rows] = k
                     counts[g] -= k
@@ -373,7 +374,7 @@ def nnls_histogram_pack(h, L, D, w, max_iterations):
     width = min(D, L)
     rows = np.zeros((64, width), np.int64)
     counts = np.zeros(64, np.int64)
-    n_rows = 0
+    n_rows = np.int64(0)  # not a literal 0, which numba would compile the callees for as well
     b = h.copy()
     padding = np.zeros(L + 1, np.int64)  # dummy slots per length
     used = np.zeros(L + 1, np.int64)
@@ -422,7 +423,7 @@ def nnls_histogram_pack(h, L, D, w, max_iterations):
     # the remaining dummies are padding: remove them from the plan
     for l in range(L, 0, -1):
         if padding[l] > 0:
-            rows, counts, n_rows = _edit_slots(rows, counts, n_rows, l, 0, padding[l])
+            rows, counts, n_rows = _edit_slots(rows, counts, n_rows, l, np.int64(0), padding[l])
     # whatever is still left is packed by LPFHP
     rest_rows, rest_counts = lpfhp(b, L, D)
     w_all = max(width, rest_rows.shape[1])
@@ -467,7 +468,7 @@ def repack_underfilled(rows, counts, L, D):
     best_total = 0
     for g in range(n):
         best_total += counts[g]
-    best_threshold = -1
+    best_threshold = np.int64(-1)
     sub = np.zeros(L, np.int64)
     for k in range(5):
         threshold = L - (L >> (k + 1)) if k < 4 else L  # L/2, 3L/4, 7L/8, 15L/16, L

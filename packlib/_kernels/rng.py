@@ -66,6 +66,7 @@ def permutation(n, seed):
     """A uniformly random permutation of ``0 .. n-1`` drawn from ``seed``."""
     out = np.arange(n)
     state = np.empty(1, np.uint64)
-    state[0] = stream_seed(seed, 0)
-    shuffle_range(out, 0, n, state)
+    zero = np.int64(0)  # not a literal: the callees' compilations for int64 serve here too
+    state[0] = stream_seed(seed, zero)
+    shuffle_range(out, zero, n, state)
     return out
