@@ -79,8 +79,7 @@ def _price(rho, L, D, f, arg, parts):
 
 # ------------------------------------------------------------------- Cholesky updates
 # The factor is kept as T = R^T (lower triangular, row-major), so that appending a column
-# of R, solving, and deleting a column of R all read contiguous rows of T (with R itself,
-# the first two would read columns, which is slower).
+# of R, solving, and deleting a column of R all read contiguous rows of T, not columns of R.
 
 
 @jit
