@@ -11,6 +11,12 @@ object here is used, so ``import packlib.torch`` works without it.
   request a 4-D block-diagonal causal mask. ``loss = model(**batch).loss`` is then the
   token-weighted loss of the row's sequences, each computed as if alone.
 - :func:`block_causal_mask` is that mask on its own.
+- Preference pairs and groups of completions (TRL's ``prompt_ids`` with ``chosen_ids`` /
+  ``rejected_ids``, or ``completion_ids``) collate into one padding-free row too, the prompt
+  per sequence or laid out once (``share_prompt=True``); :func:`sequence_logps` reads each
+  sequence's summed completion log-probabilities from the logits, in TRL's order;
+  :func:`shared_prompt_mask` / :func:`shared_prompt_block_mask` are the tree's masks and
+  :func:`model_inputs` the batch without the loss's keys (docs/preference.md).
 - :class:`CheckpointableDataset` wraps a checkpointable iterator as an ``IterableDataset``.
 
 >>> from packlib.torch import PackedCollator
@@ -28,9 +34,12 @@ from __future__ import annotations
 
 from ._checkpoint import ITERABLE_NAME, CheckpointableDataset, iterable_dataset_class
 from ._collator import PackedCollator
+from ._logps import sequence_logps
 from ._masks import block_causal_mask
+from ._preference import model_inputs, shared_prompt_block_mask, shared_prompt_mask
 
-__all__ = ["PackedCollator", "block_causal_mask", "CheckpointableDataset"]
+__all__ = ["PackedCollator", "block_causal_mask", "CheckpointableDataset", "sequence_logps", "model_inputs",
+           "shared_prompt_mask", "shared_prompt_block_mask"]
 
 
 def __getattr__(name):
