@@ -49,6 +49,8 @@ class BalancedBatchSampler:
         consecutive items of this sampler.
     cost, window, seed, drop_last
         As for :func:`packlib.balance`; ``cost`` defaults to tokens, ``(1.0, 0.0)``.
+    shared_prompt_lengths : array_like of int, optional
+        As for :func:`packlib.balance` (with 2-D ``lengths``, whose items are then group ids).
 
     Notes
     -----
@@ -59,11 +61,12 @@ class BalancedBatchSampler:
     """
 
     def __init__(self, lengths, max_sequence_length, max_sequences_per_pack=None, *, rank, world_size,
-                 micro_batches=1, cost=(1.0, 0.0), window=None, seed=0, drop_last=True):
+                 micro_batches=1, cost=(1.0, 0.0), window=None, seed=0, drop_last=True, shared_prompt_lengths=None):
         window = DEFAULT_WINDOW if window is None else window
         self._settings = balance_settings(lengths, max_sequence_length, max_sequences_per_pack,
                                           world_size=world_size, micro_batches=micro_batches, cost=cost,
-                                          window=window, seed=seed, epoch=0, drop_last=drop_last)
+                                          window=window, seed=seed, epoch=0, drop_last=drop_last,
+                                          shared_prompt_lengths=shared_prompt_lengths)
         self._W, self._M = self._settings.world_size, self._settings.micro_batches
         self.rank = as_rank(rank, self._W)
         self.world_size, self.micro_batches = self._W, self._M
@@ -117,6 +120,9 @@ class BalancedBatchSampler:
     def _make_fingerprint(self) -> str:
         s = self._settings
         h = hashlib.sha256(np.ascontiguousarray(s.lengths, dtype="<i8").tobytes())
+        for groups in (s.group_lengths, s.shared_prompt_lengths):  # 2-D lengths: the groups' make-up
+            if groups is not None:
+                h.update(repr(groups.shape).encode() + np.ascontiguousarray(groups, dtype="<i8").tobytes())
         h.update(json.dumps([s.max_sequence_length, s.max_sequences_per_pack, s.world_size, s.micro_batches,
                              list(s.cost), s.window, s.seed, s.drop_last]).encode())
         return h.hexdigest()
