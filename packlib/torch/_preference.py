@@ -179,8 +179,8 @@ def shared_prompt_mask(batch, *, dtype=None):
     """The additive 4-D attention mask ``(1, 1, T, T)`` of a row of pairs or groups: each
     token sees the earlier tokens of its own sequence and of its group's shared prompt,
     nothing else. What Hugging Face's eager and sdpa attention take as ``attention_mask``
-    (a 4-D mask is used as given). It costs ``T² × itemsize`` bytes, plus a few ``T²`` bool
-    temporaries while it is built (64 MiB per ``T²`` byte at ``T = 8192``).
+    (a 4-D mask is used as given). It costs ``T² × itemsize`` bytes (256 MiB in float32 at
+    ``T = 8192``), plus a few ``T²``-byte bool temporaries while it is built.
 
     Parameters
     ----------
@@ -240,7 +240,13 @@ def _need(batch, keys, who):
 def model_inputs(batch) -> dict:
     """The batch without the keys a model's ``forward`` does not take (``completion_mask``,
     ``sequence_ids``, ``group_ids``, ``pair_ids``, ``prev_index``, ``ref_*_logps``): what to
-    pass as ``model(**model_inputs(batch))``."""
+    pass as ``model(**model_inputs(batch))``.
+
+    Parameters
+    ----------
+    batch : dict
+        From :class:`PackedCollator`.
+    """
     if not isinstance(batch, Mapping):
         raise TypeError(f"batch must be a dict from PackedCollator, got {type(batch).__name__}")
     return {k: v for k, v in batch.items() if k not in LOSS_KEYS}
