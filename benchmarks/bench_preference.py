@@ -98,13 +98,29 @@ def _to(batch, device):
     return {k: v.to(device) if hasattr(v, "to") else v for k, v in batch.items()}
 
 
+def _trim():
+    """Hand freed heap memory back to the system (glibc), so that each layout's peak RSS is
+    measured from a low start and not hidden by memory an earlier layout left mapped."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: peaks read low after a larger layout
+        pass
+
+
 def measure(model, batches, loss, device, repeat):
     """Tokens of the batches, and the median over ``repeat`` epochs of forward + backward of
     all batches; peak RSS above the start."""
     import torch
 
     tokens = sum(int(b["input_ids"].numel()) for b in batches)
+    _trim()
     loss(model, _to(batches[0], device)).backward()  # warm-up, untimed
+    model.zero_grad(set_to_none=True)
+    _trim()
     times = []
     with PeakRss() as mem:
         for _ in range(repeat):
@@ -180,6 +196,7 @@ def exactness(n, max_answer, hidden, per_row=8):
     model = model_for("cpu", hidden)
     tokens = {"padded": 0, False: 0, True: 0}
     worst = {False: 0.0, True: 0.0}
+    largest = 0.0
     with torch.no_grad():
         for chunk in chunks:
             padded = trl_pairs_batch(chunk)
@@ -188,6 +205,7 @@ def exactness(n, max_answer, hidden, per_row=8):
             per_token = torch.log_softmax(logits[:, :-1].float(), -1).gather(2, padded["input_ids"][:, 1:, None])
             ref = (per_token.squeeze(2) * padded["completion_mask"][:, 1:]).sum(1)
             tokens["padded"] += padded["input_ids"].numel()
+            largest = max(largest, float(ref.abs().max()))
             for share in (False, True):
                 batch = PackedCollator(share_prompt=share)(chunk)
                 got = sequence_logps(model(**model_inputs(batch)).logits, batch)
@@ -200,6 +218,8 @@ def exactness(n, max_answer, hidden, per_row=8):
     for label, share in (("one packed row, position_ids restarting", False),
                          ("one packed row, prompt laid out once (tree mask)", True)):
         print(f"| {label} | {tokens[share]:,} ({tokens[share] / tokens['padded'] - 1:+.0%}) | {worst[share]:.1e} |")
+    ulp = float(np.spacing(np.float32(largest)))
+    print(f"\n(the sums reach {largest:,.0f} in magnitude, where one float32 step is {ulp:.1e})")
 
 
 def balance_table(n, L=4096, hidden=4096):

@@ -255,3 +255,13 @@ def test_the_flex_block_mask_is_the_4d_masks_pattern():
     q, k = torch.meshgrid(torch.arange(T), torch.arange(T), indexing="ij")
     assert torch.equal(block.mask_mod(0, 0, q, k), dense)
     assert block.shape[-2:] == (T, T)
+
+
+def test_eager_attention_reads_the_tree_mask_too(model):
+    eager = transformers.AutoModelForCausalLM.from_config(model.config, attn_implementation="eager").train()
+    eager.load_state_dict(model.state_dict())
+    examples = _pairs(3, seed=13)
+    with torch.no_grad():
+        ref, _ = reference_logps(model, examples)
+    got, _ = _packed(eager, examples, share_prompt=True)
+    assert float((got - ref).abs().max()) < TOL
