@@ -243,7 +243,7 @@ def _preference_dpo(ns, tmp, stack):
     torch = pytest.importorskip("torch", reason="the DPO loop needs torch")
     pytest.importorskip("trl", reason="the block compares with TRL's DataCollatorForPreference")
     model, ref_model = _tiny_model(), _tiny_model().eval().requires_grad_(False)
-    ns.update(model=model, ref_model=ref_model, dataset=_pairs(24, seed=30),
+    ns.update(model=model, ref_model=ref_model, dataset=_pairs(16, seed=30),
               optimizer=torch.optim.SGD(model.parameters(), lr=1e-3))
 
 

@@ -242,8 +242,12 @@ def test_ragged_groups_when_allowed_and_one_completion_as_kto():
     batch = PackedCollator(ragged_groups=True)([{"prompt_ids": [1], "completion_ids": [[2], [3, 4]]},
                                                 {"prompt_ids": [5], "completion_ids": [[6]]}])
     assert batch["sequence_ids"].tolist() == [[0, 0, 1, 1, 1, 2, 2]]
-    kto = PackedCollator()([{"prompt_ids": [1, 2], "completion_ids": [3, 4]}])
-    assert kto["input_ids"].tolist() == [[1, 2, 3, 4]] and kto["completion_mask"].tolist() == [[0, 0, 1, 1]]
+    kto = PackedCollator()([{"prompt_ids": [1, 2], "completion_ids": [3, 4], "label": True},
+                            {"prompt_ids": [5], "completion_ids": [6], "label": False}])
+    assert kto["input_ids"].tolist() == [[1, 2, 3, 4, 5, 6]] and kto["completion_mask"].tolist() == [[0, 0, 1, 1, 0, 1]]
+    assert kto["label"].tolist() == [True, False] and "label" not in model_inputs(kto)
+    with pytest.raises(ValueError, match="KL_completion_ids"):
+        PackedCollator()([{"prompt_ids": [1], "completion_ids": [2], "KL_completion_ids": [3], "label": True}])
 
 
 def test_the_flex_block_mask_is_the_4d_masks_pattern():

@@ -35,7 +35,7 @@ PAIR_KEYS = ("prompt_ids", "chosen_ids", "rejected_ids")
 GROUP_KEYS = ("prompt_ids", "completion_ids")
 #: the batch keys a model's forward does not take (:func:`model_inputs` leaves them out)
 LOSS_KEYS = ("completion_mask", "sequence_ids", "group_ids", "pair_ids", "prev_index", "ref_chosen_logps",
-             "ref_rejected_logps")
+             "ref_rejected_logps", "label")
 
 
 def is_preference(example) -> bool:
@@ -66,6 +66,9 @@ def _group(example, k: int, kind: str):
                          + ("pair needs 'prompt_ids', 'chosen_ids' and 'rejected_ids'" if kind == "pairs" else
                             "group needs 'prompt_ids' and 'completion_ids' (a list of completions)")
                          + ", as examples[0] has them")
+    if "KL_completion_ids" in example:
+        raise ValueError(f"examples[{k}] has 'KL_completion_ids' (KTO's mismatched pairs), which one row of groups "
+                         "does not carry: collate them as groups of their own (prompt_ids + completion_ids)")
     prompt = _ids(example, "prompt_ids", k)
     if kind == "pairs":
         return prompt, [_ids(example, "chosen_ids", k), _ids(example, "rejected_ids", k)]
@@ -239,7 +242,7 @@ def _need(batch, keys, who):
 
 def model_inputs(batch) -> dict:
     """The batch without the keys a model's ``forward`` does not take (``completion_mask``,
-    ``sequence_ids``, ``group_ids``, ``pair_ids``, ``prev_index``, ``ref_*_logps``): what to
+    ``sequence_ids``, ``group_ids``, ``pair_ids``, ``prev_index``, ``ref_*_logps``, ``label``): what to
     pass as ``model(**model_inputs(batch))``.
 
     Parameters
@@ -278,7 +281,8 @@ def collate_preference(examples, collator) -> dict:
     ``use_cache``; unshared, the isolation :class:`PackedCollator` gives any packed row
     (``cu_seq_lens_q/k`` and ``max_length_q/k``, or the 4-D block-diagonal mask); with a
     shared prompt, the tree mask of :func:`shared_prompt_mask` as ``attention_mask``;
-    ``ref_chosen_logps`` / ``ref_rejected_logps`` when the examples carry them (as TRL's).
+    ``ref_chosen_logps`` / ``ref_rejected_logps`` when the examples carry them (as TRL's),
+    and KTO's ``label`` (one bool per group).
     """
     torch = require_torch()
     share = collator.share_prompt
@@ -298,6 +302,8 @@ def collate_preference(examples, collator) -> dict:
     for key in ("ref_chosen_logps", "ref_rejected_logps"):
         if kind == "pairs" and all(key in e for e in examples):
             out[key] = torch.tensor([float(e[key]) for e in examples])
+    if kind == "groups" and all("label" in e for e in examples):  # KTO's desirable / undesirable
+        out["label"] = torch.tensor([bool(e["label"]) for e in examples])
     if collator.use_cache is not None:
         out["use_cache"] = collator.use_cache
     return out
