@@ -40,11 +40,11 @@ def _lognormal(rng, mean, n, lo, hi, sigma=0.7):
     return np.clip(np.rint(rng.lognormal(mu, sigma, n)), lo, hi).astype(int)
 
 
-def pairs(n, scale=1.0, seed=0):
-    """``n`` UltraFeedback-like pairs of random token ids."""
+def pairs(n, scale=1.0, seed=0, sigma=0.7):
+    """``n`` UltraFeedback-like pairs of random token ids (lengths lognormal of shape ``sigma``)."""
     rng = np.random.default_rng(seed)
-    p = _lognormal(rng, 150 * scale, n, 2, max(2, int(1024 * scale)))
-    c, r = (_lognormal(rng, 300 * scale, n, 1, max(1, int(2048 * scale))) for _ in range(2))
+    p = _lognormal(rng, 150 * scale, n, 2, max(2, int(1024 * scale)), sigma)
+    c, r = (_lognormal(rng, 300 * scale, n, 1, max(1, int(2048 * scale)), sigma) for _ in range(2))
     ids = lambda k: rng.integers(1, VOCAB, k).tolist()  # noqa: E731
     return [{"prompt_ids": ids(a), "chosen_ids": ids(b), "rejected_ids": ids(d)} for a, b, d in zip(p, c, r)]
 
@@ -260,6 +260,7 @@ def main(argv=None):
     ap.add_argument("--timed-groups", type=int, default=2, help="of them, groups timed")
     ap.add_argument("--groups-per-row", type=int, default=1)
     ap.add_argument("--scale", type=float, default=1.0, help="lengths times this (a smoke run: 0.1)")
+    ap.add_argument("--sigma", type=float, default=0.7, help="the pairs' lognormal shape (the tail)")
     ap.add_argument("--hidden", type=int, default=64, help="the tiny model's hidden size")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--device", default="cpu")
@@ -278,7 +279,7 @@ def main(argv=None):
     if args.device == "cpu":
         print("CPU only: GPU rows were not measured here (run with --device cuda where a GPU is at hand)")
     if args.pairs:
-        data = pairs(args.pairs, args.scale)
+        data = pairs(args.pairs, args.scale, sigma=args.sigma)
         table("UltraFeedback-like pairs (prompt ~150, answers ~300)", "pair", data, data[:args.timed_pairs],
               args.pairs_per_row, model, args.device, args.repeat)
     if args.groups:
