@@ -71,8 +71,9 @@ class PackedCollator:
     losses. Use it as a ``DataLoader``'s ``collate_fn`` (it pickles, so worker processes work).
 
     Preference pairs (``prompt_ids``, ``chosen_ids``, ``rejected_ids``) and groups
-    (``prompt_ids``, ``completion_ids``) are laid out as :func:`collate_preference` says, for
-    :func:`sequence_logps` (docs/preference.md).
+    (``prompt_ids``, ``completion_ids``) become one row too, each sequence ``prompt +
+    completion`` or each prompt laid out once (``share_prompt``), with what
+    :func:`sequence_logps` reads (docs/preference.md).
 
     Parameters
     ----------
