@@ -134,7 +134,7 @@ def measure(model, batches, loss, device, repeat):
     return tokens, float(np.median(times)), mem.peak
 
 
-def model_for(device, hidden):
+def model_for(device, hidden, attn="sdpa"):
     import torch
     import transformers
 
@@ -142,7 +142,7 @@ def model_for(device, hidden):
     cfg = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=hidden, intermediate_size=2 * hidden,
                                    num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                                    max_position_embeddings=8192)
-    return transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa").to(device).train()
+    return transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation=attn).to(device).train()
 
 
 def token_counts(data, unit, per_row):
@@ -180,13 +180,13 @@ def table(name, unit, counted, timed, per_row, model, device, repeat):
               f"| {base[1] / seconds:.2f}x | {peak / 2**20:,.0f} MiB |")
 
 
-def exactness(n, max_answer, hidden, per_row=8):
+def exactness(n, max_answer, hidden, per_row=8, flex=False):
     """The issue's first table: ``n`` random pairs (prompts 2-100 tokens, answers 1-``max_answer``),
     ``per_row`` pairs a batch; per-sequence completion log-probs of each layout against TRL's
     padded batch of the same pairs."""
     import torch
 
-    from packlib.torch import PackedCollator, model_inputs, sequence_logps
+    from packlib.torch import PackedCollator, model_inputs, sequence_logps, shared_prompt_block_mask
 
     rng = np.random.default_rng(7)
     data = [{"prompt_ids": rng.integers(1, VOCAB, rng.integers(2, 101)).tolist(),
@@ -194,8 +194,9 @@ def exactness(n, max_answer, hidden, per_row=8):
              "rejected_ids": rng.integers(1, VOCAB, rng.integers(1, max_answer + 1)).tolist()} for _ in range(n)]
     chunks = [data[i:i + per_row] for i in range(0, n, per_row)]
     model = model_for("cpu", hidden)
+    flex_model = model_for("cpu", hidden, "flex_attention") if flex else None
     tokens = {"padded": 0, False: 0, True: 0}
-    worst = {False: 0.0, True: 0.0}
+    worst = {False: 0.0, True: 0.0, "flex": 0.0}
     largest = 0.0
     with torch.no_grad():
         for chunk in chunks:
@@ -211,6 +212,10 @@ def exactness(n, max_answer, hidden, per_row=8):
                 got = sequence_logps(model(**model_inputs(batch)).logits, batch)
                 tokens[share] += batch["input_ids"].numel()
                 worst[share] = max(worst[share], float((got - ref).abs().max()))
+            if flex:  # the prompt once, through flex_attention's block mask (forward only on a CPU)
+                batch["attention_mask"] = shared_prompt_block_mask(batch)
+                got = sequence_logps(flex_model(**model_inputs(batch)).logits, batch)
+                worst["flex"] = max(worst["flex"], float((got - ref).abs().max()))
     print(f"\n{n} random pairs (prompts 2-100 tokens, answers 1-{max_answer}), {per_row} a batch, tiny Llama, sdpa, "
           "float32: per-sequence summed completion log-probs against TRL's padded batch\n")
     print("| layout | tokens | max abs log-prob difference |\n|---|---:|---:|")
@@ -218,6 +223,8 @@ def exactness(n, max_answer, hidden, per_row=8):
     for label, share in (("one packed row, position_ids restarting", False),
                          ("one packed row, prompt laid out once (tree mask)", True)):
         print(f"| {label} | {tokens[share]:,} ({tokens[share] / tokens['padded'] - 1:+.0%}) | {worst[share]:.1e} |")
+    if flex:
+        print(f"| the same, flex_attention with shared_prompt_block_mask | {tokens[True]:,} | {worst['flex']:.1e} |")
     ulp = float(np.spacing(np.float32(largest)))
     print(f"\n(the sums reach {largest:,.0f} in magnitude, where one float32 step is {ulp:.1e})")
 
@@ -266,6 +273,8 @@ def main(argv=None):
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--exact-pairs", type=int, default=48, help="pairs of the exactness table (0: none)")
     ap.add_argument("--exact-answer", type=int, default=400, help="longest answer of the exactness table")
+    ap.add_argument("--flex", action="store_true", help="the exactness table through flex_attention too "
+                    "(compiles for a minute or more on a CPU)")
     ap.add_argument("--balance-pairs", type=int, default=20_000, help="pairs of the balance table (0: none)")
     args = ap.parse_args(argv)
     import torch
@@ -274,7 +283,7 @@ def main(argv=None):
     if args.balance_pairs:
         balance_table(args.balance_pairs)
     if args.exact_pairs:
-        exactness(args.exact_pairs, args.exact_answer, args.hidden)
+        exactness(args.exact_pairs, args.exact_answer, args.hidden, flex=args.flex)
     model = model_for(args.device, args.hidden)
     if args.device == "cpu":
         print("CPU only: GPU rows were not measured here (run with --device cuda where a GPU is at hand)")

@@ -222,12 +222,12 @@ def shared_prompt_block_mask(batch, *, device=None, block_size: int = 128):
     from torch.nn.attention.flex_attention import create_block_mask
 
     _need(batch, ("group_ids", "sequence_ids"), "shared_prompt_block_mask")
-    g = batch["group_ids"].reshape(-1).to(device)
-    s = batch["sequence_ids"].reshape(-1).to(device)
-    T = g.numel()
+    g = batch["group_ids"].reshape(1, -1).to(device)
+    s = batch["sequence_ids"].reshape(1, -1).to(device)
+    T = g.shape[1]
 
-    def mask_mod(b, h, q, k):
-        return (k <= q) & (g[q] == g[k]) & ((s[k] == -1) | (s[q] == s[k]))
+    def mask_mod(b, h, q, k):  # b is 0: one row (indexed as transformers' own mask functions are)
+        return (k <= q) & (g[b, q] == g[b, k]) & ((s[b, k] == -1) | (s[b, q] == s[b, k]))
 
     return create_block_mask(mask_mod, None, None, T, T, device=g.device if device is None else torch.device(device),
                              BLOCK_SIZE=block_size)
