@@ -263,6 +263,35 @@ def _optimal_certificate(ns, tmp, stack):
     stack.callback(restore)
 
 
+def _pairs(n, seed, vocab=1000):
+    rng = np.random.default_rng(seed)
+    ids = lambda k: rng.integers(1, vocab, k).tolist()  # noqa: E731
+    return [{"prompt_ids": ids(rng.integers(2, 60)), "chosen_ids": ids(rng.integers(1, 100)),
+             "rejected_ids": ids(rng.integers(1, 100))} for _ in range(n)]
+
+
+def _preference_dpo(ns, tmp, stack):
+    torch = pytest.importorskip("torch", reason="the DPO loop needs torch")
+    pytest.importorskip("trl", reason="the block compares with TRL's DataCollatorForPreference")
+    model, ref_model = _tiny_model(), _tiny_model().eval().requires_grad_(False)
+    ns.update(model=model, ref_model=ref_model, dataset=_pairs(16, seed=30),
+              optimizer=torch.optim.SGD(model.parameters(), lr=1e-3))
+
+
+def _preference_grpo(ns, tmp, stack):
+    model = _tiny_model()
+    rng = np.random.default_rng(31)
+    groups = [{"prompt_ids": rng.integers(1, 1000, rng.integers(2, 80)).tolist(),
+               "completion_ids": [rng.integers(1, 1000, rng.integers(1, 60)).tolist() for _ in range(4)]}
+              for _ in range(3)]
+    ns.update(model=model, groups=groups, reward=lambda ids: float(np.mean(np.asarray(ids) % 2 == 0)))
+
+
+def _preference_plans(ns, tmp, stack):
+    pytest.importorskip("torch", reason="the block collates with packlib.torch")
+    ns["dataset"] = _pairs(300, seed=32)
+
+
 def _pipeline_intro(ns, tmp, stack):
     pq = pytest.importorskip("pyarrow.parquet", reason="the pipeline reads Parquet: pip install 'packlib[arrow]'")
     (tmp / "data").mkdir()
@@ -289,6 +318,9 @@ SETUPS = {
     ("docs/training.md", "TRL's `SFTTrainer`"): _training_sft,
     ("docs/optimal.md", "The certificate: check the bound without packlib"): _optimal_certificate,
     ("docs/pipeline.md", "Packing datasets larger than memory: `pack-dataset`"): _pipeline_intro,
+    ("docs/preference.md", "A DPO loop"): _preference_dpo,
+    ("docs/preference.md", "GRPO-style groups"): _preference_grpo,
+    ("docs/preference.md", "Plans keep pairs and groups whole"): _preference_plans,
 }
 
 BLOCKS = all_blocks()
@@ -311,7 +343,7 @@ def test_the_collector_finds_the_blocks():
     assert len(BLOCKS) >= 15
     assert {b.path for b in BLOCKS} >= {"README.md", "docs/arrow.md", "docs/balance.md", "docs/blending.md",
                                         "docs/bucketing.md", "docs/formats.md", "docs/guide.md",
-                                        "docs/optimal.md", "docs/pipeline.md"}
+                                        "docs/optimal.md", "docs/pipeline.md", "docs/preference.md"}
     assert not any(b.path in GENERATED for b in BLOCKS)
     assert any(b.code.lstrip().startswith(">>>") for b in BLOCKS)
     sections = {(b.path, b.heading) for b in BLOCKS}

@@ -8,7 +8,7 @@ import numpy as np
 from .._packs import Packs
 from .._validate import readonly
 from ._schedule import Schedule
-from ._settings import DEFAULT_WINDOW, BalanceSettings, balance_settings, epoch_seed
+from ._settings import DEFAULT_WINDOW, BalanceSettings, balance_settings, epoch_seed, item_costs
 
 _ROUNDS_PER_RANK = 8  # exchange rounds per step: this many times the ranks ...
 _MAX_ROUNDS = 512  # ... up to this many (each round scans the step's sequences)
@@ -22,18 +22,22 @@ _SLACK = 512
 
 
 def balance(lengths, max_sequence_length, max_sequences_per_pack=None, *, world_size, micro_batches=1,
-            cost=(1.0, 0.0), window=DEFAULT_WINDOW, seed=0, epoch=0, drop_last=True) -> Schedule:
+            cost=(1.0, 0.0), window=DEFAULT_WINDOW, seed=0, epoch=0, drop_last=True,
+            shared_prompt_lengths=None) -> Schedule:
     """Plan one epoch as compute-balanced steps (see the module docs).
 
     Parameters
     ----------
     lengths : array_like of int
         Tokens of every sample of the epoch (sample ids are positions), each in
-        ``[1, max_sequence_length]``.
+        ``[1, max_sequence_length]``. Or 2-D, shape ``(n, k)``: row ``i`` holds the sequence
+        lengths of group ``i`` (a preference pair: ``prompt + chosen``, ``prompt + rejected``;
+        0 for an absent member); sample ids are then group ids, a group is never split, its
+        tokens are the sum of its lengths and its cost the sum of its sequences' costs.
     max_sequence_length : int
         Tokens per packed row.
     max_sequences_per_pack : int or None, default None
-        At most this many sequences per row (``None``: unlimited).
+        At most this many samples (groups, with 2-D lengths) per row (``None``: unlimited).
     world_size : int
         Data-parallel ranks.
     micro_batches : int, default 1
@@ -51,6 +55,10 @@ def balance(lengths, max_sequence_length, max_sequences_per_pack=None, *, world_
         ``True``: the samples that do not fill a last whole step (at most one step's worth)
         are left out and listed in ``Schedule.dropped``. ``False``: a last step filled as
         well as it can be, with ``micro_batches`` (possibly empty) rows on every rank.
+    shared_prompt_lengths : array_like of int, optional
+        With 2-D lengths whose groups lay their prompt out once (``PackedCollator(
+        share_prompt=True)``): each group's prompt length, shape ``(n,)``. A group then lays
+        out ``sum(l) - (k - 1) * p`` tokens and costs ``(k - 1)`` prompt costs less.
 
     Returns
     -------
@@ -69,20 +77,19 @@ def balance(lengths, max_sequence_length, max_sequences_per_pack=None, *, world_
     """
     return plan(balance_settings(lengths, max_sequence_length, max_sequences_per_pack, world_size=world_size,
                                  micro_batches=micro_batches, cost=cost, window=window, seed=seed, epoch=epoch,
-                                 drop_last=drop_last))
+                                 drop_last=drop_last, shared_prompt_lengths=shared_prompt_lengths))
 
 
 def plan(s: BalanceSettings) -> Schedule:
     """The schedule of checked settings (:func:`balance` after its checks)."""
-    from .._kernels.balance import sequence_costs
     from .._kernels.rng import permutation
 
     order = permutation(s.lengths.size, epoch_seed(s.seed, s.epoch))
-    costs = sequence_costs(s.lengths, s.cost[0], s.cost[1])
+    costs = item_costs(s)
     planner = _Planner(s.lengths, costs, s.max_sequence_length, s.max_sequences_per_pack, s.world_size,
                        s.micro_batches, s.window, s.seed, s.epoch)
     planner.run(order, s.drop_last)
-    return planner.schedule(s.cost, s.drop_last)
+    return planner.schedule(s.cost, s.drop_last, None if s.group_lengths is None else readonly(costs))
 
 
 class _Planner:
@@ -173,7 +180,7 @@ class _Planner:
         self.n_items += ix.size
         self.rank_cost.append(rank_cost[perm])
 
-    def schedule(self, cost, drop_last) -> Schedule:
+    def schedule(self, cost, drop_last, sample_costs=None) -> Schedule:
         offsets = np.concatenate(self.offsets)
         items = np.concatenate(self.items) if self.items else np.zeros(0, np.int64)
         packs = Packs._unchecked(offsets, items, self.lens[items], self.L, self.depth)
@@ -183,7 +190,8 @@ class _Planner:
             raise ValueError(f"the {self.lens.size:,} samples fill no whole step of {self.W} ranks x {self.M} "
                              "micro-batches; pass drop_last=False, or use fewer ranks or micro-batches")
         return Schedule(packs, packs.num_packs // (self.W * self.M), self.W, self.M, readonly(dropped),
-                        readonly(rank_cost), self.L, self.depth, tuple(cost), self.seed, self.epoch, self.window)
+                        readonly(rank_cost), self.L, self.depth, tuple(cost), self.seed, self.epoch, self.window,
+                        sample_costs)
 
 
 def _spread_pack(lens, L, depth, n_rows, guess, check):

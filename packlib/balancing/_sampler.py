@@ -57,6 +57,8 @@ class BalancedBatchSampler:
         after its masks), for :meth:`step_label_tokens`. Default ``lengths - 1``: every
         token but the first, which is what :class:`packlib.torch.PackedCollator` trains of a
         sample without ``labels`` or masks.
+    shared_prompt_lengths : array_like of int, optional
+        As for :func:`packlib.balance` (with 2-D ``lengths``, whose items are then group ids).
 
     Notes
     -----
@@ -76,11 +78,13 @@ class BalancedBatchSampler:
     """
 
     def __init__(self, lengths, max_sequence_length, max_sequences_per_pack=None, *, rank, world_size,
-                 micro_batches=1, cost=(1.0, 0.0), window=None, seed=0, drop_last=True, label_tokens=None):
+                 micro_batches=1, cost=(1.0, 0.0), window=None, seed=0, drop_last=True, label_tokens=None,
+                 shared_prompt_lengths=None):
         window = DEFAULT_WINDOW if window is None else window
         self._settings = balance_settings(lengths, max_sequence_length, max_sequences_per_pack,
                                           world_size=world_size, micro_batches=micro_batches, cost=cost,
-                                          window=window, seed=seed, epoch=0, drop_last=drop_last)
+                                          window=window, seed=seed, epoch=0, drop_last=drop_last,
+                                          shared_prompt_lengths=shared_prompt_lengths)
         self._W, self._M = self._settings.world_size, self._settings.micro_batches
         self.rank = as_rank(rank, self._W)
         self.world_size, self.micro_batches = self._W, self._M
@@ -184,6 +188,9 @@ class BalancedBatchSampler:
     def _make_fingerprint(self) -> str:
         s = self._settings
         h = hashlib.sha256(np.ascontiguousarray(s.lengths, dtype="<i8").tobytes())
+        for groups in (s.group_lengths, s.shared_prompt_lengths):  # 2-D lengths: the groups' make-up
+            if groups is not None:
+                h.update(repr(groups.shape).encode() + np.ascontiguousarray(groups, dtype="<i8").tobytes())
         h.update(json.dumps([s.max_sequence_length, s.max_sequences_per_pack, s.world_size, s.micro_batches,
                              list(s.cost), s.window, s.seed, s.drop_last]).encode())
         return h.hexdigest()

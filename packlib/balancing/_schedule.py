@@ -29,6 +29,9 @@ class Schedule:
     cost_coefficients : tuple of float
         ``(a, b)``: a sequence of ``l`` tokens costs ``a * l + b * l**2``.
     seed, epoch, window : int
+    sample_costs : float64 array or None
+        Each sample's cost when samples are groups (2-D lengths); ``None``: ``a * l + b * l**2``
+        of its length.
     """
 
     packs: Packs
@@ -43,6 +46,7 @@ class Schedule:
     seed: int = 0
     epoch: int = 0
     window: int = DEFAULT_WINDOW
+    sample_costs: np.ndarray | None = None
 
     @property
     def balance(self) -> float:
@@ -61,9 +65,9 @@ class Schedule:
             return 1.0
         a, b = self.cost_coefficients
         ln = self.packs.lengths.astype(np.float64)
+        weights = a * ln + b * ln * ln if self.sample_costs is None else self.sample_costs[self.packs.indices]
         sizes = np.diff(self.packs.offsets)
-        per_pack = np.bincount(np.repeat(np.arange(sizes.size), sizes), weights=a * ln + b * ln * ln,
-                               minlength=sizes.size)
+        per_pack = np.bincount(np.repeat(np.arange(sizes.size), sizes), weights=weights, minlength=sizes.size)
         worst = float(per_pack.reshape(self.num_steps, self.world_size, self.micro_batches).max(axis=1).sum())
         return float(per_pack.sum()) / (self.world_size * worst) if worst > 0 else 1.0
 

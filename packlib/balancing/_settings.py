@@ -13,10 +13,13 @@ from .._validate import (
     as_depth,
     as_float_array,
     as_int,
+    as_int_array,
     as_lengths,
+    as_matrix,
     as_nonnegative_int,
     as_positive_int,
     as_seed,
+    check_total,
     exact_sum,
     seed_to_int64,
 )
@@ -32,7 +35,7 @@ MAX_WINDOW_ROWS = 2**26  # rows of one window (window x world_size x micro_batch
 class BalanceSettings(NamedTuple):
     """Every setting of a balanced schedule, checked (see :func:`packlib.balance`)."""
 
-    lengths: np.ndarray  # int64, every sample's tokens, each in [1, max_sequence_length]
+    lengths: np.ndarray  # int64, every sample's tokens (a group's: laid out), each in [1, max_sequence_length]
     max_sequence_length: int
     max_sequences_per_pack: int | None  # None: unlimited
     world_size: int
@@ -42,6 +45,8 @@ class BalanceSettings(NamedTuple):
     seed: int
     epoch: int
     drop_last: bool
+    group_lengths: np.ndarray | None = None  # int64 (n, k): each group's sequence lengths (0: absent)
+    shared_prompt_lengths: np.ndarray | None = None  # int64 (n,): each group's prompt, laid out once
 
 
 def as_rank(r, world_size: int) -> int:
@@ -65,13 +70,79 @@ def as_cost(cost) -> tuple[float, float]:
     return a, b
 
 
+def as_groups(lengths, L: int, shared_prompt_lengths):
+    """2-D ``lengths`` (row i: group i's sequence lengths, 0 for an absent member) checked:
+    ``(tokens laid out per group, the (n, k) lengths, the prompts or None)``."""
+    m = as_matrix(lengths, "lengths", np.int64)
+    if m.size == 0:
+        raise ValueError(f"lengths of shape {m.shape} is empty: give the sequence lengths of every group of the epoch")
+    if (m < 0).any():
+        i, j = (int(x) for x in np.argwhere(m < 0)[0])
+        raise ValueError(f"lengths[{i}, {j}] = {m[i, j]} is negative: group {i}'s sequence lengths must be >= 0 "
+                         "(0 for an absent member)")
+    present = m > 0
+    if (~present.any(axis=1)).any():
+        i = int(np.flatnonzero(~present.any(axis=1))[0])
+        raise ValueError(f"lengths[{i}] is all zeros: group {i} has no sequence; drop it from the epoch, or give "
+                         "its sequences' lengths")
+    check_total(exact_sum(m.reshape(-1)), "lengths", "number of tokens")
+    tokens = m.sum(axis=1)
+    prompts = None
+    if shared_prompt_lengths is not None:
+        prompts = as_int_array(shared_prompt_lengths, "shared_prompt_lengths", minimum=1)
+        if prompts.size != m.shape[0]:
+            raise ValueError(f"shared_prompt_lengths holds {prompts.size} values for {m.shape[0]} groups: give one "
+                             "prompt length per row of lengths")
+        short = present & (m <= prompts[:, None])
+        if short.any():
+            i, j = (int(x) for x in np.argwhere(short)[0])
+            raise ValueError(f"lengths[{i}, {j}] = {m[i, j]} is not longer than shared_prompt_lengths[{i}] = "
+                             f"{prompts[i]}: each length is its group's prompt plus a completion of at least one "
+                             "token")
+        tokens = tokens - (present.sum(axis=1) - 1) * prompts
+    if (tokens > L).any():
+        i = int(np.flatnonzero(tokens > L)[0])
+        raise ValueError(f"group {i} lays out {int(tokens[i]):,} tokens (lengths[{i}] = {m[i].tolist()}), over "
+                         f"max_sequence_length = {L:,}: a group is never split across micro-batches; drop or "
+                         "truncate it, or raise max_sequence_length")
+    return tokens, m, prompts
+
+
+def item_costs(s: BalanceSettings) -> np.ndarray:
+    """Each sample's cost (float64): ``a * l + b * l**2``; a group's, the sum of its
+    sequences' costs, less ``(k - 1)`` times its shared prompt's."""
+    from .._kernels.balance import sequence_costs
+
+    a, b = s.cost
+    if s.group_lengths is None:
+        return sequence_costs(s.lengths, a, b)
+    m = s.group_lengths
+    per = sequence_costs(m.reshape(-1), a, b).reshape(m.shape)
+    per[m == 0] = 0.0
+    costs = per.sum(axis=1)
+    if s.shared_prompt_lengths is not None:
+        shared = (m > 0).sum(axis=1) - 1
+        costs -= shared * sequence_costs(s.shared_prompt_lengths, a, b)
+    return costs
+
+
 def balance_settings(lengths, max_sequence_length, max_sequences_per_pack, *, world_size, micro_batches, cost,
-                     window, seed, epoch, drop_last) -> BalanceSettings:
+                     window, seed, epoch, drop_last, shared_prompt_lengths=None) -> BalanceSettings:
     """Every argument of :func:`packlib.balance`, checked once."""
     from ..packing import MAX_BFD_LENGTH
 
     L = as_positive_int(max_sequence_length, "max_sequence_length")
-    lens = as_lengths(lengths, L)
+    try:
+        two_d = np.ndim(lengths) == 2
+    except (ValueError, TypeError):  # ragged: as_lengths says what is wrong
+        two_d = False
+    groups = prompts = None
+    if two_d:
+        lens, groups, prompts = as_groups(lengths, L, shared_prompt_lengths)
+    elif shared_prompt_lengths is not None:
+        raise ValueError("shared_prompt_lengths needs 2-D lengths (n groups x k sequences, each prompt + completion)")
+    else:
+        lens = as_lengths(lengths, L)
     if lens.size == 0:
         raise ValueError("lengths is empty: give the length of every sample of the epoch")
     if min(L, exact_sum(lens)) > MAX_BFD_LENGTH:
@@ -88,7 +159,7 @@ def balance_settings(lengths, max_sequence_length, max_sequences_per_pack, *, wo
         raise ValueError(f"{lens.size:,} samples cannot fill one step of {W} ranks x {M} micro-batches with "
                          "drop_last=True; pass drop_last=False, or use fewer ranks or micro-batches")
     return BalanceSettings(lens, L, as_depth(max_sequences_per_pack), W, M, as_cost(cost), window, as_seed(seed),
-                           as_nonnegative_int(epoch, "epoch"), drop_last)
+                           as_nonnegative_int(epoch, "epoch"), drop_last, groups, prompts)
 
 
 def epoch_seed(seed: int, epoch: int):

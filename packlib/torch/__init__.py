@@ -13,6 +13,12 @@ object here is used, so ``import packlib.torch`` works without it.
 - :func:`block_causal_mask` is that mask on its own.
 - :func:`label_tokens` counts the tokens the collator trains of each example (the
   ``label_tokens`` of :class:`packlib.BalancedBatchSampler` for data with labels or masks).
+- Preference pairs and groups of completions (TRL's ``prompt_ids`` with ``chosen_ids`` /
+  ``rejected_ids``, or ``completion_ids``) collate into one padding-free row too, the prompt
+  per sequence or laid out once (``share_prompt=True``); :func:`sequence_logps` reads each
+  sequence's summed completion log-probabilities from the logits, in TRL's order;
+  :func:`shared_prompt_mask` / :func:`shared_prompt_block_mask` are the tree's masks and
+  :func:`model_inputs` the batch without the loss's keys (docs/preference.md).
 - :class:`CheckpointableDataset` wraps a checkpointable iterator as an ``IterableDataset``.
 
 >>> from packlib.torch import PackedCollator
@@ -32,10 +38,13 @@ from ._calibrate import CostFit, calibrate_cost, calibration_rows
 from ._checkpoint import ITERABLE_NAME, CheckpointableDataset, iterable_dataset_class
 from ._collator import PackedCollator
 from ._examples import label_tokens
+from ._logps import sequence_logps
 from ._masks import block_causal_mask
+from ._preference import model_inputs, shared_prompt_block_mask, shared_prompt_mask
 
-__all__ = ["PackedCollator", "block_causal_mask", "CheckpointableDataset", "label_tokens", "calibrate_cost",
-           "calibration_rows", "CostFit"]
+__all__ = ["PackedCollator", "block_causal_mask", "CheckpointableDataset", "label_tokens", "sequence_logps",
+           "model_inputs", "shared_prompt_mask", "shared_prompt_block_mask", "calibrate_cost", "calibration_rows",
+           "CostFit"]
 
 
 def __getattr__(name):

@@ -11,6 +11,7 @@ from ..formats.varlen import hf_flattening_batch
 from ._examples import read_example
 from ._lazy import require_torch
 from ._masks import block_causal_mask
+from ._preference import collate_preference, is_preference, preference_settings
 
 _MASKS = ("4d",)  # besides None: no mask
 
@@ -44,10 +45,16 @@ class PackedCollator:
     ``loss = model(**batch).loss`` is then the token-weighted mean of the sequences' own
     losses. Use it as a ``DataLoader``'s ``collate_fn`` (it pickles, so worker processes work).
 
+    Preference pairs (``prompt_ids``, ``chosen_ids``, ``rejected_ids``) and groups
+    (``prompt_ids``, ``completion_ids``) become one row too, each sequence ``prompt +
+    completion`` or each prompt laid out once (``share_prompt``), with what
+    :func:`sequence_logps` reads (docs/preference.md).
+
     Parameters
     ----------
-    flash_attn_kwargs : bool, default True
-        Add ``cu_seq_lens_q/k`` (int32) and ``max_length_q/k`` (int).
+    flash_attn_kwargs : bool or None, default None
+        Add ``cu_seq_lens_q/k`` (int32) and ``max_length_q/k`` (int); ``None``: unless
+        ``share_prompt`` (whose tree they cannot express: ``True`` with it is refused).
     attention_mask : {None, "4d"}, default None
         ``"4d"`` adds the ``(1, 1, T, T)`` block-diagonal causal mask.
     mask_dtype : torch.dtype, optional
@@ -57,10 +64,20 @@ class PackedCollator:
         ``forward`` takes no ``use_cache``; isolation is then the model's business).
     separator_id : int, default -100
         The label of each sequence's first token (ignored by the loss).
+    share_prompt : bool, default False
+        Pairs and groups: each prompt laid out once, its completions attending to it and to
+        themselves only (the batch carries the 4-D tree mask).
+    max_sequence_length : int, optional
+        Pairs and groups: refuse one that lays out more tokens (a plan's row capacity).
+    ragged_groups : bool, default False
+        Groups: allow groups of different sizes in one batch.
     """
 
-    def __init__(self, *, flash_attn_kwargs: bool = True, attention_mask: str | None = None, mask_dtype=None,
-                 use_cache: bool | None = False, separator_id: int = -100):
+    def __init__(self, *, flash_attn_kwargs: bool | None = None, attention_mask: str | None = None, mask_dtype=None,
+                 use_cache: bool | None = False, separator_id: int = -100, share_prompt: bool = False,
+                 max_sequence_length: int | None = None, ragged_groups: bool = False):
+        self.share_prompt, self.max_sequence_length, self.ragged_groups, flash_attn_kwargs = preference_settings(
+            share_prompt, max_sequence_length, ragged_groups, flash_attn_kwargs)
         self.flash_attn_kwargs = as_bool(flash_attn_kwargs, "flash_attn_kwargs")
         self.attention_mask = None if attention_mask is None else as_choice(attention_mask, "attention_mask", _MASKS)
         if mask_dtype is not None:
@@ -73,12 +90,16 @@ class PackedCollator:
 
     def __repr__(self) -> str:
         return (f"PackedCollator(flash_attn_kwargs={self.flash_attn_kwargs}, attention_mask={self.attention_mask!r}, "
-                f"mask_dtype={self.mask_dtype}, use_cache={self.use_cache}, separator_id={self.separator_id})")
+                f"mask_dtype={self.mask_dtype}, use_cache={self.use_cache}, separator_id={self.separator_id}, "
+                f"share_prompt={self.share_prompt}, max_sequence_length={self.max_sequence_length}, "
+                f"ragged_groups={self.ragged_groups})")
 
     def __call__(self, examples) -> dict:
         torch = require_torch()
         if isinstance(examples, (Mapping, str, bytes)) or not hasattr(examples, "__len__") or len(examples) == 0:
             raise ValueError("examples must be a non-empty list of samples (dicts with 'input_ids', or token id lists)")
+        if is_preference(examples[0]):  # pairs or groups of completions
+            return collate_preference(examples, self)
         parts = [read_example(e, k) for k, e in enumerate(examples)]
         tokens = np.concatenate([p[0] for p in parts])
         if tokens.size == 0:
