@@ -124,7 +124,8 @@ def _greedy(h, L, depth, longest_first):
                     repeat = min(L // length, depth)
                     while n // repeat == 0:
                         repeat -= 1
-                node = _chain(np.int64(-1), length, repeat, node_parent, node_len, node_depth, n_nodes)
+                node = -1  # a literal on purpose: _chain compiled for a new pack is faster
+                node = _chain(node, length, repeat, node_parent, node_len, node_depth, n_nodes)
                 n_nodes += repeat
                 placed_node = node
                 placed_count = n // repeat
