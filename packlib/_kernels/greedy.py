@@ -65,8 +65,7 @@ def _greedy(h, L, depth, longest_first):
     head = np.full(L + 1, -1, np.int64)  # open groups by free space (1..L-1)
     out_node = np.empty(cap, np.int64)
     out_count = np.empty(cap, np.int64)
-    # int64, not literal 0: numba would also compile the callees for the literal
-    n_nodes = n_ent = n_out = n_open = np.int64(0)
+    n_nodes = n_ent = n_out = n_open = np.int64(0)  # a literal 0 would compile the callees twice
     for i in range(L):
         length = L - i
         n = h[length - 1]
