@@ -65,8 +65,7 @@ def _greedy(h, L, depth, longest_first):
     head = np.full(L + 1, -1, np.int64)  # open groups by free space (1..L-1)
     out_node = np.empty(cap, np.int64)
     out_count = np.empty(cap, np.int64)
-    # int64, not literal 0: numba would also compile the callees for the literal
-    n_nodes = n_ent = n_out = n_open = np.int64(0)
+    n_nodes = n_ent = n_out = n_open = np.int64(0)  # a literal 0 would compile the callees twice
     for i in range(L):
         length = L - i
         n = h[length - 1]
@@ -124,7 +123,8 @@ def _greedy(h, L, depth, longest_first):
                     repeat = min(L // length, depth)
                     while n // repeat == 0:
                         repeat -= 1
-                node = _chain(np.int64(-1), length, repeat, node_parent, node_len, node_depth, n_nodes)
+                node = -1  # a literal on purpose: _chain compiled for a new pack is faster
+                node = _chain(node, length, repeat, node_parent, node_len, node_depth, n_nodes)
                 n_nodes += repeat
                 placed_node = node
                 placed_count = n // repeat
