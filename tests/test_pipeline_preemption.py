@@ -22,6 +22,7 @@ pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
 from packlib.pipeline import InputError, pack_files  # noqa: E402
+from .procs import ray_processes, session_processes  # noqa: E402
 
 LINUX = sys.platform.startswith("linux")
 linux_only = pytest.mark.skipif(not LINUX, reason="reads the session's processes from /proc")
@@ -41,20 +42,6 @@ def shards(tmp_path):
     return d
 
 
-def session_processes(sid: int) -> list[int]:
-    """Live (not zombie) processes of session ``sid``."""
-    out = []
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/stat", "rb") as fh:
-                    stat = fh.read()
-            except OSError:
-                continue
-            fields = stat[stat.rindex(b")") + 2:].split()
-            if int(fields[3]) == sid and fields[0] != b"Z":
-                out.append(int(d))
-    return out
 
 
 def wait_until(predicate, seconds: float) -> float:
@@ -143,34 +130,19 @@ def test_ray_engine_tasks_end_with_the_run(shards, tmp_path, ray_runtime_absent,
     _, err = proc.communicate()
     if signame == "SIGTERM":
         assert proc.returncode == 128 + signal.SIGTERM and err.strip().endswith("interrupted (SIGTERM); nothing was written")
-    gone = wait_until(lambda: not session_processes(proc.pid) and not _ray_processes(proc.pid), 20)
-    assert gone < 20, f"Ray processes of the run still alive: {_ray_processes(proc.pid)}"
+    gone = wait_until(lambda: not session_processes(proc.pid) and not ray_processes(), 20)
+    assert gone < 20, f"Ray processes of the run still alive: {ray_processes()}"
     print(f"\nRay, {signame} in spill: last process gone {time.monotonic() - t0:.2f} s after the signal")
     assert leftovers(tmp_path) == ([] if signame == "SIGTERM" else leftovers(tmp_path))
 
 
-def _ray_processes(driver: int) -> list[int]:
-    """Ray processes started for the run (they name the driver's session dir or are its workers)."""
-    found = []
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/cmdline", "rb") as fh:
-                    cmd = fh.read()
-                with open(f"/proc/{d}/stat", "rb") as fh:
-                    stat = fh.read()
-            except OSError:
-                continue
-            if stat[stat.rindex(b")") + 2:].split()[0] != b"Z" and (b"ray::" in cmd or b"raylet" in cmd or b"gcs_server" in cmd):
-                found.append(int(d))
-    return found
 
 
 @pytest.fixture
 def ray_runtime_absent():
     """The Ray tests start a local Ray of their own: skip without Ray, or when one already runs here."""
     pytest.importorskip("ray")
-    if _ray_processes(0):
+    if ray_processes():
         pytest.skip("a Ray instance already runs on this machine")
 
 

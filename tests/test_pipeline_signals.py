@@ -18,6 +18,7 @@ import time
 
 import numpy as np
 import pytest
+from .procs import ray_processes, session_processes
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -45,19 +46,6 @@ def inputs(tmp_path_factory):
     return d
 
 
-def session_processes(sid: int) -> list:
-    out = []
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/stat", "rb") as fh:
-                    stat = fh.read()
-            except OSError:
-                continue
-            fields = stat[stat.rindex(b")") + 2:].split()
-            if int(fields[3]) == sid and fields[0] != b"Z":
-                out.append(int(d))
-    return out
 
 
 def _wait(predicate, seconds):
@@ -349,26 +337,12 @@ def test_fresh_processes_signalled_at_random_moments(inputs, tmp_path):
     run_cases(cases)
 
 
-def _ray_processes() -> list:
-    found = []
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/cmdline", "rb") as fh:
-                    cmd = fh.read()
-                with open(f"/proc/{d}/stat", "rb") as fh:
-                    stat = fh.read()
-            except OSError:
-                continue
-            if stat[stat.rindex(b")") + 2:].split()[0] != b"Z" and (b"ray::" in cmd or b"raylet" in cmd or b"gcs_server" in cmd):
-                found.append(int(d))
-    return found
 
 
 def test_the_ray_engine_at_a_few_boundaries(inputs, tmp_path):
     """The Ray engine (one local Ray for the four cases), then Ray itself ends with the harness."""
     pytest.importorskip("ray")
-    if _ray_processes():
+    if ray_processes():
         pytest.skip("a Ray instance already runs on this machine")
     cases = []
     for point, signame in (("lengths:end", "SIGINT"), ("spill:start", "SIGTERM"), ("assemble:end", "SIGHUP"),
@@ -382,6 +356,6 @@ def test_the_ray_engine_at_a_few_boundaries(inputs, tmp_path):
     for (name, status, lines, left, _), case in zip(results, cases):
         lines = [x for x in lines if not RAY_LOG.match(x)]
         problems += check_stopped(name, tmp_path / name, status, lines, left, case[3])
-    if not _wait(lambda: not _ray_processes(), 30):
-        problems.append(f"Ray processes left {_ray_processes()}")
+    if not _wait(lambda: not ray_processes(), 30):
+        problems.append(f"Ray processes left {ray_processes()}")
     assert not problems, "\n".join(problems)
