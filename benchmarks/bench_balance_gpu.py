@@ -67,10 +67,14 @@ def _attention_kernel(device):
 
     if device.type == "cuda":
         try:
+            import inspect
+
             from torch.nn.attention.varlen import varlen_attn
 
+            causal = ({"is_causal": True} if "is_causal" in inspect.signature(varlen_attn).parameters
+                      else {"window_size": (-1, 0)})  # the argument's name changed between releases
             return "torch varlen_attn", lambda q, k, v, cu, n, starts, lens: varlen_attn(
-                q, k, v, cu, cu, n, n, window_size=(-1, 0))
+                q, k, v, cu, cu, n, n, **causal)
         except ImportError:
             pass
         try:
@@ -220,10 +224,13 @@ def packlib_plan(lengths, L, W, M, cost):
             for st in range(s.num_steps)]
 
 
-def peer_plan(name, lengths, L, W, M):
-    """A peer's plan through benchmarks/bench_balance.py's runners, or the reason it is missing."""
+def peer_plan(name, lengths, L, W, M, saved=None):
+    """A peer's plan through benchmarks/bench_balance.py's runners, or the reason it is missing;
+    from ``saved`` (``--peer-plans``) when it holds one for this workload."""
     import bench_balance
 
+    if saved is not None:
+        return saved.get(name, f"not in the saved plans ({', '.join(saved) or 'none'})")
     try:
         if name == "trl":
             from trl.data_utils import pack_dataset  # noqa: F401 - the runner packs with it
@@ -233,6 +240,35 @@ def peer_plan(name, lengths, L, W, M):
         return bench_balance.run_axolotl(lengths, L, W, M)[1]
     except ImportError as exc:
         return f"not installed here ({type(exc).__name__}: {exc})"
+
+
+def _workload_key(lengths, L, W, M):
+    return {"lengths": np.asarray(lengths, np.int64), "L": L, "W": W, "M": M}
+
+
+def save_peer_plans(path, lengths, L, W, M):
+    """Plan the workload with each peer installed here and pickle the plans with the workload."""
+    import pickle
+
+    plans = {name: peer_plan(name, lengths, L, W, M) for name in ("trl", "axolotl")}
+    with open(path, "wb") as f:
+        pickle.dump({"workload": _workload_key(lengths, L, W, M), "plans": plans}, f)
+    for name, plan in plans.items():
+        print(f"{name}: {plan if isinstance(plan, str) else f'{len(plan)} steps'}")
+    print(f"saved to {path}")
+
+
+def load_peer_plans(path, lengths, L, W, M):
+    """The plans :func:`save_peer_plans` saved, refused unless made for this very workload."""
+    import pickle
+
+    with open(path, "rb") as f:
+        saved = pickle.load(f)
+    want, got = _workload_key(lengths, L, W, M), saved["workload"]
+    if any(not np.array_equal(want[k], got[k]) for k in want):
+        raise SystemExit(f"{path} holds plans for another workload (L {got['L']}, {got['W']} ranks x {got['M']} "
+                         f"micro-batches, {got['lengths'].size} documents): save them again with the same sizes")
+    return saved["plans"]
 
 
 def spread_steps(plan, steps):
@@ -284,16 +320,21 @@ def main(argv=None):
     for key, value in GPU.items():
         ap.add_argument("--" + key.replace("_", "-"), type=int, help=f"default {value} (toy: {TOY[key]})")
     ap.add_argument("--planners", default="packlib,trl,axolotl", help="a comma-separated subset of packlib,trl,axolotl")
+    ap.add_argument("--save-peer-plans", metavar="FILE", help="plan with the peers installed here, save their plans "
+                    "to FILE and stop (for a GPU machine without them: then --peer-plans FILE there)")
+    ap.add_argument("--peer-plans", metavar="FILE", help="the peers' plans saved by --save-peer-plans (same sizes)")
     ap.add_argument("--calibration-repeats", type=int, default=3, help="best of this many timings per calibration row")
     args = ap.parse_args(argv)
     cuda = torch.cuda.is_available()
     if not cuda:
         torch.set_num_threads(1)  # a toy's tiny kernels only wait for one another across threads
-    size = TOY if args.toy or not cuda else GPU
+    size = TOY if args.toy or not (cuda or args.save_peer_plans) else GPU
     cfg = {k: getattr(args, k) if getattr(args, k) is not None else v for k, v in size.items()}
+    L, W, M = cfg["max_sequence_length"], cfg["ranks"], cfg["micro_batches"]
+    if args.save_peer_plans:
+        return save_peer_plans(args.save_peer_plans, documents(cfg["documents"], L), L, W, M)
     device = torch.device("cuda" if cuda else "cpu")
     dtype = torch.bfloat16 if cuda else torch.float32
-    L, W, M = cfg["max_sequence_length"], cfg["ranks"], cfg["micro_batches"]
     kernel, model = build_model(cfg["vocab"], cfg["hidden"], cfg["layers"], cfg["heads"], cfg["ffn"], device, dtype)
     params = sum(p.numel() for p in model.parameters())
     where = torch.cuda.get_device_name(device) if cuda else "CPU: these figures are a toy model's on a CPU, not GPU figures"
@@ -302,6 +343,7 @@ def main(argv=None):
     lengths = documents(cfg["documents"], L)
     print(f"workload: {lengths.size} long documents (mean {lengths.mean():.0f}, max {lengths.max()} tokens), "
           f"L = {L}, {W} ranks x {M} micro-batches; {cfg['steps']} steps of each plan, best of {cfg['repeats']}")
+    saved = load_peer_plans(args.peer_plans, lengths, L, W, M) if args.peer_plans else None
     runner = Runner(model, cfg["vocab"], device)
     flop = packlib.transformer_cost(cfg["hidden"])
 
@@ -320,9 +362,9 @@ def main(argv=None):
         plans["packlib.balance, calibrated cost"] = packlib_plan(lengths, L, W, M, fit)
         plans["packlib.balance, token cost (1, 0)"] = packlib_plan(lengths, L, W, M, (1.0, 0.0))
     if "trl" in wanted:
-        plans["TRL pack_dataset bfd, dealt"] = peer_plan("trl", lengths, L, W, M)
+        plans["TRL pack_dataset bfd, dealt"] = peer_plan("trl", lengths, L, W, M, saved)
     if "axolotl" in wanted:
-        plans["axolotl multipack"] = peer_plan("axolotl", lengths, L, W, M)
+        plans["axolotl multipack"] = peer_plan("axolotl", lengths, L, W, M, saved)
 
     warm = [[L], [max(1, L // 64)] * 64]
     runner.time_rows(warm, 1)

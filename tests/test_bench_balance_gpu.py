@@ -6,6 +6,8 @@ import importlib.util
 import pathlib
 import re
 
+import numpy as np
+
 import pytest
 
 torch = pytest.importorskip("torch", reason="the benchmark runs a model: pip install torch==2.13.0")
@@ -57,3 +59,26 @@ def test_the_benchmark_model_keeps_each_sequence_to_itself():
     assert positions.tolist() == [0, 1, 2, 3, 4, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 0, 1, 2, 3, 4, 0, 1, 2]
     assert (targets == -100).sum() == len(lengths)
     assert packed == pytest.approx(alone, rel=1e-6)  # the loss is taken in float32
+
+
+def test_saved_peer_plans_come_back_for_their_workload_only(tmp_path, capsys):
+    """``--save-peer-plans`` here, ``--peer-plans`` on a GPU machine without the peers: the
+    plans come back as saved, and a file made for other sizes is refused, never timed."""
+    spec = importlib.util.spec_from_file_location("bench_balance_gpu", ROOT / "benchmarks" / "bench_balance_gpu.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    lengths = bench.documents(60, 256)
+    path = tmp_path / "plans.pkl"
+    bench.save_peer_plans(path, lengths, 256, 2, 2)
+    plans = bench.load_peer_plans(path, lengths, 256, 2, 2)
+    assert set(plans) == {"trl", "axolotl"}
+    for name, plan in plans.items():
+        assert bench.peer_plan(name, lengths, 256, 2, 2, plans) is plan
+        if not isinstance(plan, str):  # installed here: every document at most once, rows within L
+            ids = np.concatenate([r for step in plan for rank in step for r in rank])
+            assert np.unique(ids).size == ids.size and all(
+                lengths[r].sum() <= 256 for step in plan for rank in step for r in rank)
+    with pytest.raises(SystemExit, match="another workload"):
+        bench.load_peer_plans(path, lengths, 256, 4, 2)
+    with pytest.raises(SystemExit, match="another workload"):
+        bench.load_peer_plans(path, bench.documents(61, 256), 256, 2, 2)
