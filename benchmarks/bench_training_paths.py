@@ -114,6 +114,28 @@ def completion_mask():
     return compare(PackedCollator()(rows), refs), ""
 
 
+def trainer_defaults_completion_mask():
+    """pack_dataset rows with a completion_mask, through the Trainer's own data loader with
+    every argument its default: the mask column is dropped before the collator; what the
+    collator trains is compared with the unpacked examples' prompts masked."""
+    import datasets
+    from packlib.formats.arrow import pack_dataset
+
+    seqs, rng = sequences(30, 5), np.random.default_rng(6)
+    seqs = [np.r_[i + 1, s[1:]] for i, s in enumerate(seqs)]          # first token: the example's index + 1
+    masks = [[0] * (p := int(rng.integers(1, len(s)))) + [1] * (len(s) - p) for s in seqs]
+    packed = pack_dataset(datasets.Dataset.from_dict({"input_ids": [s.tolist() for s in seqs],
+                                                      "completion_mask": masks}), 128)
+    with tempfile.TemporaryDirectory() as tmp:
+        args = transformers.TrainingArguments(tmp, per_device_train_batch_size=1, report_to=[], use_cpu=True)
+        trainer = transformers.Trainer(model=model(), args=args, train_dataset=packed, data_collator=PackedCollator())
+        batch = next(iter(trainer.get_train_dataloader()))
+    ids, pos = batch["input_ids"][0].numpy(), batch["position_ids"][0].numpy()
+    refs = [(seqs[int(ids[a]) - 1], ref.trained_tokens(len(seqs[int(ids[a]) - 1]), masks[int(ids[a]) - 1]))
+            for a in np.flatnonzero(pos == 0)]
+    return compare(batch, refs), f"{len(refs)} sequences in the row; the batch: {', '.join(sorted(batch))}"
+
+
 def attention_mask_zeros():
     seqs = sequences(6, 4)
     examples, refs = [], []
@@ -303,6 +325,7 @@ def main():
     print("|---|---|---|---|")
     for name, fn in (("`Trainer` defaults, `pack_dataset` rows, `PackedCollator()`", trainer_defaults),
                      ("`completion_mask` column", completion_mask),
+                     ("`completion_mask` column, `Trainer` defaults", trainer_defaults_completion_mask),
                      ("`attention_mask` zeros (right padding)", attention_mask_zeros)):
         try:
             with contextlib.redirect_stdout(io.StringIO()):

@@ -60,3 +60,10 @@ def split_packed(packed, column):
         out.append(segs)
     return out
 
+
+
+def folded_labels(row_ids, row_labels, masks):
+    """``labels`` of one row with the loss masks folded in: -100 wherever a mask is 0, else
+    the given label (the token id when there are no labels)."""
+    base = row_labels if row_labels is not None else row_ids
+    return [-100 if any(not m[k] for m in masks) else base[k] for k in range(len(row_ids))]

@@ -115,6 +115,67 @@ def test_rows_as_the_trainer_leaves_them_stay_apart():
     _assert_exact(PackedCollator()(rows), refs)
 
 
+def _raw_masked_examples(n=24, seed=5):
+    """Unpacked examples with labels, completion_mask, assistant_masks and attention_mask
+    zeros; each example's first token is its index + 1 (so a packed segment says its source)."""
+    rng = np.random.default_rng(seed)
+    cols = {k: [] for k in ("input_ids", "labels", "completion_mask", "assistant_masks", "attention_mask")}
+    for i, n_real in enumerate(rng.integers(3, 30, n)):
+        pad = int(rng.integers(0, 3))
+        ids = np.r_[i + 1, rng.integers(1, VOCAB, n_real + pad - 1)]
+        prompt = int(rng.integers(1, n_real))
+        cols["input_ids"].append(ids.tolist())
+        cols["labels"].append(np.where(rng.random(ids.size) < 0.15, -100, ids).tolist())
+        cols["completion_mask"].append([0] * prompt + [1] * (ids.size - prompt))
+        cols["assistant_masks"].append((rng.random(ids.size) < 0.85).astype(int).tolist())
+        cols["attention_mask"].append([1] * n_real + [0] * pad)
+    return cols
+
+
+def _reference_of_row(input_ids, position_ids, cols):
+    """Each segment of a packed row (split at its position_ids' restarts), computed from the
+    unpacked example it came from: its real tokens and which of them every mask trains."""
+    starts = np.flatnonzero(np.asarray(position_ids) == 0)
+    refs = []
+    for a in starts:
+        i = int(input_ids[a]) - 1
+        real = np.asarray(cols["attention_mask"][i]) != 0
+        ids = np.asarray(cols["input_ids"][i])[real]
+        refs.append((ids, ref.trained_tokens(ids.size, np.asarray(cols["completion_mask"][i])[real],
+                                             np.asarray(cols["assistant_masks"][i])[real],
+                                             labels=np.asarray(cols["labels"][i])[real])))
+    return refs
+
+
+@pytest.mark.parametrize("fold_masks", [True, False])
+def test_the_trainers_defaults_keep_the_masks(tmp_path, fold_masks):
+    """transformers.Trainer, every argument its default (remove_unused_columns=True drops
+    completion_mask and assistant_masks): pack_dataset's folded labels still train exactly
+    what the masks allow, batch for batch; without folding the prompts would be trained."""
+    datasets = pytest.importorskip("datasets")
+    from packlib.formats.arrow import pack_dataset
+
+    cols = _raw_masked_examples()
+    packed = pack_dataset(datasets.Dataset.from_dict(cols), 64, fold_masks=fold_masks)
+    seen = set()
+
+    def collator(examples):
+        seen.update(*(e.keys() for e in examples))
+        return PackedCollator()(examples)
+
+    args = transformers.TrainingArguments(str(tmp_path), per_device_train_batch_size=1, report_to=[], use_cpu=True)
+    trainer = transformers.Trainer(model=_model(), args=args, train_dataset=packed, data_collator=collator)
+    batches = list(trainer.get_train_dataloader())
+    assert seen == {"input_ids", "attention_mask", "position_ids", "labels"}   # the masks never arrive
+    assert len(batches) == packed.num_rows
+    for batch in batches:
+        refs = _reference_of_row(batch["input_ids"][0].tolist(), batch["position_ids"][0].tolist(), cols)
+        if fold_masks:
+            _assert_exact(batch, refs)
+        else:                                     # the check can fail: the prompts are trained
+            assert int((batch["labels"] != -100).sum()) > sum(int(t.sum()) for _, t in refs)
+
+
 @pytest.mark.parametrize("example, error, match", [
     ({"input_ids": ["a", "b"]}, TypeError, r"examples\[0\]\['input_ids'\] holds strings"),
     ({"input_ids": [1.0, 2.0]}, TypeError, r"examples\[0\]\['input_ids'\] holds floats"),

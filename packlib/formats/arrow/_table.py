@@ -19,20 +19,23 @@ from ._columns import (
     select_list_columns,
 )
 from ._gather import _gather
+from ._labels import LABELS, fold_masks
 from ._segments import _as_overflow, make_segments
 
 
-def _options(max_sequence_length, seq_length, method, max_sequences_per_pack, overflow, position_ids, seed):
+def _options(max_sequence_length, seq_length, method, max_sequences_per_pack, overflow, position_ids, seed,
+             fold):
     L = as_capacity(max_sequence_length, seq_length)
     m = _methods.get(method)
     depth = as_depth(max_sequences_per_pack)
     overflow = _as_overflow(overflow)
     position_ids = as_bool(position_ids, "position_ids")
+    fold = as_bool(fold, "fold_masks")
     seed = 0 if seed is None else as_seed(seed)
-    return L, m, depth, overflow, position_ids, seed
+    return L, m, depth, overflow, position_ids, seed, fold
 
 
-def _pack(table, rows_map, L, columns, method, depth, overflow, position_ids, seed):
+def _pack(table, rows_map, L, columns, method, depth, overflow, position_ids, seed, fold=False):
     """Pack ``table`` (or its rows ``rows_map``, in that order): the packed table with its report."""
     cols = select_list_columns(table.schema, columns)
     if position_ids and POSITION_IDS in cols:
@@ -49,6 +52,7 @@ def _pack(table, rows_map, L, columns, method, depth, overflow, position_ids, se
         row = rows_map[row]
     row_sorted = (seg.row, seg.start, seg.length, order) if rows_map is None else None
     out = _gather(table, cols, row, seg.start[order], seg.length[order], packs.offsets, position_ids, row_sorted)
+    out, folded = fold_masks(out, cols) if fold else (out, [])
     tokens = seg.num_tokens
     rows = packs.num_packs
     bound = -(-tokens // L)
@@ -72,12 +76,13 @@ def _pack(table, rows_map, L, columns, method, depth, overflow, position_ids, se
         "columns": cols,
         "left_out_columns": [n for n in table.schema.names if n not in cols],
         "position_ids": position_ids,
+        "folded_masks": folded,
     }
     return out.replace_schema_metadata({REPORT_KEY: json.dumps(report).encode()}), report
 
 
 def pack_table(table, max_sequence_length=None, *, seq_length=None, columns=None, method="bfd",
-               max_sequences_per_pack=None, overflow="error", position_ids=False, seed=0):
+               max_sequences_per_pack=None, overflow="error", position_ids=False, fold_masks=False, seed=0):
     """Pack the rows of an Arrow table into rows of at most ``max_sequence_length`` tokens.
 
     Parameters
@@ -106,6 +111,10 @@ def pack_table(table, max_sequence_length=None, *, seq_length=None, columns=None
         this default.
     position_ids : bool, default False
         Add a ``position_ids`` column: 0, 1, ... restarting at every segment.
+    fold_masks : bool, default False
+        Where ``completion_mask`` or ``assistant_masks`` is packed, also write ``labels``:
+        -100 wherever one of them is 0, else the given ``labels`` (``input_ids`` when
+        there are none). The masks stay too; they and the labels say the same.
     seed : int, default 0
         Which equal-length segment goes to which packed row (histogram methods only);
         the same input, arguments and seed always give the same table.
@@ -116,7 +125,7 @@ def pack_table(table, max_sequence_length=None, *, seq_length=None, columns=None
         One row per pack, in the order :func:`packlib.methods.pack` returns the packs (for
         ``"bfd"``: the order packs were opened, longest segments first); inside a row the
         segments in pack order. Columns: the selected ones (same types), ``seq_lengths``
-        (as TRL), ``position_ids`` if asked; see :func:`gather_packs`. Empty and null rows
+        (as TRL), ``position_ids`` if asked, ``labels`` if folded; see :func:`gather_packs`. Empty and null rows
         are dropped and counted. The packing report is in the schema metadata under
         ``b"packlib"`` (JSON); read it with :func:`packing_report`.
     """
@@ -124,9 +133,9 @@ def pack_table(table, max_sequence_length=None, *, seq_length=None, columns=None
     pa = _pyarrow()
     if isinstance(table, pa.RecordBatch):
         table = pa.Table.from_batches([table])
-    L, method, depth, overflow, position_ids, seed = _options(
-        max_sequence_length, seq_length, method, max_sequences_per_pack, overflow, position_ids, seed)
-    return _pack(table, None, L, columns, method, depth, overflow, position_ids, seed)[0]
+    L, method, depth, overflow, position_ids, seed, fold = _options(
+        max_sequence_length, seq_length, method, max_sequences_per_pack, overflow, position_ids, seed, fold_masks)
+    return _pack(table, None, L, columns, method, depth, overflow, position_ids, seed, fold)[0]
 
 
 def packing_report(table) -> dict:
@@ -165,15 +174,16 @@ def packing_report(table) -> dict:
 
 
 def pack_dataset(dataset, max_sequence_length=None, *, seq_length=None, columns=None, method="bfd",
-                 max_sequences_per_pack=None, overflow="error", position_ids=True, seed=0):
+                 max_sequences_per_pack=None, overflow="error", position_ids=True, fold_masks=True, seed=0):
     """Pack a Hugging Face ``datasets.Dataset`` (or each split of a ``DatasetDict``), whole.
 
     Takes the same arguments as :func:`pack_table` and returns the same type it was
-    given, except that ``position_ids`` defaults to ``True``: the packed rows carry
-    ``position_ids`` restarting at every sequence, the one column that tells where a packed
-    row's sequences start and that ``transformers.Trainer`` keeps with its default
-    ``remove_unused_columns=True`` (it drops ``seq_lengths``, ``completion_mask`` and
-    ``assistant_masks``). :class:`packlib.torch.PackedCollator` splits a row by either. The dataset's Arrow table is read in place (a memory-mapped dataset is not
+    given, except that ``position_ids`` and ``fold_masks`` default to ``True``, for
+    ``transformers.Trainer``'s default ``remove_unused_columns=True``, which keeps only the
+    columns its model's ``forward`` names and so drops ``seq_lengths``, ``completion_mask``
+    and ``assistant_masks``: the packed rows carry ``position_ids`` restarting at every
+    sequence (which tell :class:`packlib.torch.PackedCollator` where a row's sequences
+    start) and ``labels`` holding the masks (-100 where a mask is 0). The dataset's Arrow table is read in place (a memory-mapped dataset is not
     loaded first; an index mapping from ``select`` / ``shuffle`` is followed without
     flattening it); the packed dataset is held in memory. The dataset's format
     (``with_format("torch")``, ...) is kept, with ``seq_lengths`` (and ``position_ids``)
@@ -187,13 +197,16 @@ def pack_dataset(dataset, max_sequence_length=None, *, seq_length=None, columns=
         As for :func:`pack_table`.
     position_ids : bool, default True
         Add the ``position_ids`` column (``False``: only TRL's columns).
+    fold_masks : bool, default True
+        Write ``labels`` from ``completion_mask`` / ``assistant_masks`` where the data has
+        one (``False``: as :func:`pack_table`, the masks alone).
     """
     ds_mod = _datasets()
     if isinstance(dataset, ds_mod.DatasetDict):
         return ds_mod.DatasetDict({
             k: pack_dataset(v, max_sequence_length, seq_length=seq_length, columns=columns, method=method,
                             max_sequences_per_pack=max_sequences_per_pack, overflow=overflow,
-                            position_ids=position_ids, seed=seed)
+                            position_ids=position_ids, fold_masks=fold_masks, seed=seed)
             for k, v in dataset.items()})
     if not isinstance(dataset, ds_mod.Dataset):
         hint = ""
@@ -201,14 +214,14 @@ def pack_dataset(dataset, max_sequence_length=None, *, seq_length=None, columns=
             hint = ("; an IterableDataset streams and cannot be packed whole: materialise it "
                     "(Dataset.from_generator) or use packlib.pipeline")
         raise TypeError(f"dataset must be a datasets.Dataset or DatasetDict, got {type(dataset).__name__}{hint}")
-    L, method, depth, overflow, position_ids, seed = _options(
-        max_sequence_length, seq_length, method, max_sequences_per_pack, overflow, position_ids, seed)
+    L, method, depth, overflow, position_ids, seed, fold = _options(
+        max_sequence_length, seq_length, method, max_sequences_per_pack, overflow, position_ids, seed, fold_masks)
     table = dataset.data.table                     # the pyarrow.Table (memory-mapped or in memory)
     rows_map = None
     if dataset._indices is not None:               # after select / shuffle / filter: follow the mapping
         idx = dataset._indices.column(0)
         rows_map = np.concatenate([c.to_numpy() for c in idx.chunks] or [np.zeros(0, np.uint64)]).astype(np.int64)
-    packed, report = _pack(table, rows_map, L, columns, method, depth, overflow, position_ids, seed)
+    packed, report = _pack(table, rows_map, L, columns, method, depth, overflow, position_ids, seed, fold)
     # datasets rewrites the schema metadata to {b"huggingface": ...} but keeps unknown keys
     # inside that JSON: the report rides there too
     packed = packed.replace_schema_metadata({b"huggingface": json.dumps({"packlib": report}).encode()})
@@ -218,6 +231,7 @@ def pack_dataset(dataset, max_sequence_length=None, *, seq_length=None, columns=
         cols = fmt.get("columns")
         if cols is not None:
             added = [SEQ_LENGTHS] + ([POSITION_IDS] if position_ids else [])
+            added += [LABELS] if report["folded_masks"] and LABELS not in report["columns"] else []
             cols = [c for c in cols if c in report["columns"]] + added
         out = out.with_format(type=fmt.get("type"), columns=cols,
                               output_all_columns=fmt.get("output_all_columns", False),
@@ -230,5 +244,6 @@ def _fingerprint(dataset, report) -> str:
 
     h = hashlib.sha256(str(getattr(dataset, "_fingerprint", "")).encode())
     h.update(json.dumps({k: report[k] for k in ("max_sequence_length", "max_sequences_per_pack", "method",
-                                                  "overflow", "seed", "columns", "position_ids")}).encode())
+                                                  "overflow", "seed", "columns", "position_ids",
+                                                  "folded_masks")}).encode())
     return h.hexdigest()[:16]
