@@ -19,6 +19,17 @@ memory above the start. GPU rows are measured only where a GPU is at hand (``--d
     PYTHONPATH=$PWD python3 benchmarks/bench_preference.py
     PYTHONPATH=$PWD python3 benchmarks/bench_preference.py --pairs 8 --groups 2 --scale 0.1 --repeat 1   # smoke
 
+GPU mode (``benchmarks/_preference_gpu.py``), for a GPU machine without trl: save the timed
+batches of the three layouts here (TRL's own collator builds the baseline; the file, about
+11 MiB, also holds the token counts over all counted pairs / groups), then time them there on
+a random Llama (hidden 1024, 8 layers, 16 heads, 8 kv heads, intermediate 2816, vocab 32000,
+bf16): the padded batch through sdpa with its attention_mask, the packed rows through
+flex_attention with a document-causal block mask, the prompt-once rows with
+``shared_prompt_block_mask``. ``--gpu-attention sdpa --device cpu`` is a CPU smoke run.
+
+    PYTHONPATH=$PWD python3 benchmarks/bench_preference.py --save-batches gpu/pref.pt   # here, with trl
+    PYTHONPATH=$PWD python3 benchmarks/bench_preference.py --load-batches gpu/pref.pt --device cuda
+
 On a CPU, sdpa has no variable-length kernel: a packed row's attention, masked, is dense in
 the row's length (``T²`` scores), while the padded batch's is ``rows x longest²``; so the CPU
 time favours short rows, and the tokens are the figure that carries to a GPU's varlen or
@@ -80,12 +91,17 @@ def trl_groups_batch(batch):
             "completion_mask": torch.cat([torch.zeros_like(pm), cm], 1)}
 
 
-def _padded_loss(model, batch):
+def padded_logps(model, batch):
+    """Each padded row's summed completion log-probs (TRL's masked ``log_softmax`` sum)."""
     import torch
 
     out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False)
     logp = torch.log_softmax(out.logits[:, :-1].float(), -1).gather(2, batch["input_ids"][:, 1:, None]).squeeze(2)
-    return (logp * batch["completion_mask"][:, 1:]).sum()
+    return (logp * batch["completion_mask"][:, 1:]).sum(1)
+
+
+def _padded_loss(model, batch):
+    return padded_logps(model, batch).sum()
 
 
 def _packed_loss(model, batch):
@@ -156,24 +172,28 @@ def token_counts(data, unit, per_row):
             sum(int(PackedCollator(share_prompt=True)(c)["input_ids"].numel()) for c in chunks)]
 
 
-def table(name, unit, counted, timed, per_row, model, device, repeat):
-    """Tokens per pair / group over ``counted``; forward + backward time over ``timed``."""
+def layouts(unit, chunks):
+    """``(label, batches, loss)`` of the three layouts of ``chunks`` (lists of pairs / groups)."""
     from packlib.torch import PackedCollator
 
+    baseline = trl_pairs_batch if unit == "pair" else trl_groups_batch
+    return [(f"TRL, padded ({'DataCollatorForPreference' if unit == 'pair' else 'GRPOTrainer layout'})",
+             [baseline(c) for c in chunks], _padded_loss),
+            ("packed, one row per batch", [PackedCollator()(c) for c in chunks], _packed_loss),
+            ("packed, prompt laid out once", [PackedCollator(share_prompt=True)(c) for c in chunks], _packed_loss)]
+
+
+def table(name, unit, counted, timed, per_row, model, device, repeat):
+    """Tokens per pair / group over ``counted``; forward + backward time over ``timed``."""
     tokens = token_counts(counted, unit, per_row)
     chunks = [timed[i:i + per_row] for i in range(0, len(timed), per_row)]
-    baseline = trl_pairs_batch if unit == "pair" else trl_groups_batch
-    layouts = [(f"TRL, padded ({'DataCollatorForPreference' if unit == 'pair' else 'GRPOTrainer layout'})",
-                [baseline(c) for c in chunks], _padded_loss),
-               ("packed, one row per batch", [PackedCollator()(c) for c in chunks], _packed_loss),
-               ("packed, prompt laid out once", [PackedCollator(share_prompt=True)(c) for c in chunks], _packed_loss)]
     print(f"\n{name}, {per_row} a batch: tokens over {len(counted):,} {unit}s; forward + backward over the first "
           f"{len(timed)} ({len(chunks)} batches), tiny Llama (sdpa, float32) on {device}\n")
     print(f"| layout | tokens per {unit} | fewer tokens than padded | fwd+bwd per {unit} | faster than padded "
           "| peak RSS |")
     print("|---|---:|---:|---:|---:|---:|")
     base = None
-    for (label, batches, loss), count in zip(layouts, tokens):
+    for (label, batches, loss), count in zip(layouts(unit, chunks), tokens):
         _, seconds, peak = measure(model, batches, loss, device, repeat)
         base = base or (count, seconds)
         print(f"| {label} | {count / len(counted):,.0f} | {base[0] / count:.2f}x | {seconds / len(timed) * 1e3:.1f} ms "
@@ -258,17 +278,23 @@ def balance_table(n, L=4096, hidden=4096):
                   f"{s.efficiency:.4f} | {seconds * 1e3:.0f} ms |")
 
 
-def main(argv=None):
+TITLES = {"pair": "UltraFeedback-like pairs (prompt ~150, answers ~300)",
+          "group": "long-prompt groups (prompt ~600, 8 completions ~400)"}
+
+
+def parse(argv):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pairs", type=int, default=2048, help="pairs whose tokens are counted")
-    ap.add_argument("--timed-pairs", type=int, default=16, help="of them, pairs timed (a CPU is slow)")
+    ap.add_argument("--timed-pairs", type=int, help="of them, pairs timed (default 16, a CPU is slow; "
+                    "256 with --save-batches)")
     ap.add_argument("--pairs-per-row", type=int, default=8)
     ap.add_argument("--groups", type=int, default=96, help="groups whose tokens are counted")
-    ap.add_argument("--timed-groups", type=int, default=2, help="of them, groups timed")
+    ap.add_argument("--timed-groups", type=int, help="of them, groups timed (default 2; 32 with --save-batches)")
     ap.add_argument("--groups-per-row", type=int, default=1)
     ap.add_argument("--scale", type=float, default=1.0, help="lengths times this (a smoke run: 0.1)")
     ap.add_argument("--sigma", type=float, default=0.7, help="the pairs' lognormal shape (the tail)")
-    ap.add_argument("--hidden", type=int, default=64, help="the tiny model's hidden size")
+    ap.add_argument("--hidden", type=int, help="the model's hidden size (default 64; 1024 with --load-batches "
+                    "on cuda, whose model options below default to a GPU-sized Llama)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--exact-pairs", type=int, default=48, help="pairs of the exactness table (0: none)")
@@ -276,25 +302,49 @@ def main(argv=None):
     ap.add_argument("--flex", action="store_true", help="the exactness table through flex_attention too "
                     "(compiles for a minute or more on a CPU)")
     ap.add_argument("--balance-pairs", type=int, default=20_000, help="pairs of the balance table (0: none)")
-    args = ap.parse_args(argv)
+    gpu = ap.add_argument_group("GPU mode (benchmarks/_preference_gpu.py)")
+    gpu.add_argument("--save-batches", metavar="FILE", help="save the timed batches of the three layouts (needs "
+                     "trl) and the token counts to FILE, and stop")
+    gpu.add_argument("--load-batches", metavar="FILE", help="time the batches saved in FILE (no trl needed) on "
+                     "--device, and stop")
+    gpu.add_argument("--gpu-attention", choices=("flex", "sdpa"), default="flex", help="the packed layouts' "
+                     "attention with --load-batches: flex_attention block masks, or sdpa (a CPU smoke run)")
+    gpu.add_argument("--pad-multiple", type=int, default=128, help="packed rows padded to a multiple of this "
+                     "(flex_attention compiles for fewer shapes; the padding is never seen, trained or counted)")
+    gpu.add_argument("--warmup", type=int, default=3, help="batches of each layout run untimed first (flex_attention "
+                     "compiles in them)")
+    for name, kind in (("layers", int), ("heads", int), ("kv-heads", int), ("intermediate", int), ("vocab", int),
+                       ("dtype", str)):
+        gpu.add_argument(f"--{name}", type=kind, help="the model's (with --load-batches; defaults per device)")
+    return ap.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse(argv)
+    if args.save_batches or args.load_batches:
+        import _preference_gpu
+
+        return _preference_gpu.main(args, sys.modules[__name__])
     import torch
 
+    args.timed_pairs = 16 if args.timed_pairs is None else args.timed_pairs
+    args.timed_groups = 2 if args.timed_groups is None else args.timed_groups
     torch.set_num_threads(max(1, torch.get_num_threads()))
     if args.balance_pairs:
         balance_table(args.balance_pairs)
     if args.exact_pairs:
-        exactness(args.exact_pairs, args.exact_answer, args.hidden, flex=args.flex)
-    model = model_for(args.device, args.hidden)
+        exactness(args.exact_pairs, args.exact_answer, args.hidden or 64, flex=args.flex)
+    model = model_for(args.device, args.hidden or 64)
     if args.device == "cpu":
         print("CPU only: GPU rows were not measured here (run with --device cuda where a GPU is at hand)")
     if args.pairs:
         data = pairs(args.pairs, args.scale, sigma=args.sigma)
-        table("UltraFeedback-like pairs (prompt ~150, answers ~300)", "pair", data, data[:args.timed_pairs],
-              args.pairs_per_row, model, args.device, args.repeat)
+        table(TITLES["pair"], "pair", data, data[:args.timed_pairs], args.pairs_per_row, model, args.device,
+              args.repeat)
     if args.groups:
         data = groups(args.groups, 8, args.scale)
-        table("long-prompt groups (prompt ~600, 8 completions ~400)", "group", data, data[:args.timed_groups],
-              args.groups_per_row, model, args.device, args.repeat)
+        table(TITLES["group"], "group", data, data[:args.timed_groups], args.groups_per_row, model, args.device,
+              args.repeat)
 
 
 if __name__ == "__main__":
