@@ -74,7 +74,7 @@ def _attention_kernel(device):
             causal = ({"is_causal": True} if "is_causal" in inspect.signature(varlen_attn).parameters
                       else {"window_size": (-1, 0)})  # the argument's name changed between releases
             return "torch varlen_attn", lambda q, k, v, cu, n, starts, lens: varlen_attn(
-                q, k, v, cu, cu, n, n, **causal)
+                q, k, v.contiguous(), cu, cu, n, n, **causal)
         except ImportError:
             pass
         try:
