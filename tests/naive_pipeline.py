@@ -4,11 +4,17 @@ packs from the seed, concatenate, split into files."""
 from __future__ import annotations
 
 import packlib
+from tests.naive_arrow import folded_labels
+
+MASKS = ("completion_mask", "assistant_masks")
 
 
-def naive_pack_rows(rows, columns, L, *, depth=None, method="bfd", overflow="truncate", seed=0, rows_per_file):
+def naive_pack_rows(rows, columns, L, *, depth=None, method="bfd", overflow="truncate", seed=0, rows_per_file,
+                    position_ids=False, fold_masks=False):
     """``rows``: list of dicts (column -> list or None). Returns a list of files, each a
-    list of packed rows (dicts with the columns and ``seq_lengths``)."""
+    list of packed rows (dicts with the columns and ``seq_lengths``; ``position_ids``
+    counting from 0 in every segment if asked; ``labels`` with the masks folded in, token
+    by token, if asked and a mask is among ``columns``)."""
     segments = []
     for r in rows:
         n = len(r[columns[0]] or [])
@@ -25,5 +31,11 @@ def naive_pack_rows(rows, columns, L, *, depth=None, method="bfd", overflow="tru
     for ids in packs:
         row = {c: [v for i in ids for v in segments[i][c]] for c in columns}
         row["seq_lengths"] = [lengths[i] for i in ids]
+        if position_ids:
+            row["position_ids"] = [j for i in ids for j in range(lengths[i])]
+        masks = [m for m in MASKS if m in columns] if fold_masks else []
+        if masks:
+            row["labels"] = [v for i in ids for v in folded_labels(
+                segments[i]["input_ids"], segments[i].get("labels"), [segments[i][m] for m in masks])]
         out.append(row)
     return [out[a:a + rows_per_file] for a in range(0, len(out), rows_per_file)]

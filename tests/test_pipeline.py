@@ -65,10 +65,10 @@ def test_matches_naive_reference(data, tmp_path, overflow, method, depth):
                      rows_per_file=40, seed=5)
     cols = ["input_ids", "labels"]
     want = naive_pack_rows(t.select(cols).to_pylist(), cols, L, depth=depth, method=method, overflow=overflow,
-                           seed=5, rows_per_file=40)
+                           seed=5, rows_per_file=40, position_ids=True)
     assert _read_files(res) == want
     assert res.columns == ("input_ids", "labels") and res.left_out_columns == ("text",)
-    assert pq.read_schema(res.files[0]).names == ["input_ids", "labels", "seq_lengths"]
+    assert pq.read_schema(res.files[0]).names == ["input_ids", "labels", "seq_lengths", "position_ids"]
     assert [os.path.basename(f) for f in res.files] == [f"part-{i:05d}-of-{len(want):05d}.parquet" for i in range(len(want))]
     meta = json.loads((tmp_path / "out" / "_packing_metadata.json").read_text())
     assert meta["plan"]["packs"] == res.num_packs == sum(len(f) for f in want)
@@ -89,7 +89,7 @@ def test_packs_equal_in_memory_packer_and_pack_table_columns(data, tmp_path):
     seg = make_segments(lens, L, overflow="split")
     ref = packlib.methods.pack(seg.length, L, method="bfd")
     assert np.array_equal(res.packs.offsets, ref.offsets) and np.array_equal(res.packs.indices, ref.indices)
-    table = pack_table(t.select(["input_ids", "labels"]), L, overflow="split")
+    table = pack_table(t.select(["input_ids", "labels"]), L, overflow="split", position_ids=True, fold_masks=True)
     got = pa.concat_tables(pq.read_table(f) for f in res.files)
     assert got.schema.remove_metadata() == table.schema.remove_metadata()
     assert got.num_rows == table.num_rows
@@ -293,13 +293,24 @@ def ray_runtime():
 
 def test_ray_engine_same_bytes_as_local(data, tmp_path, ray_runtime):
     d, t, paths = data
-    local = pack_files(paths, L, 4, output=tmp_path / "local", workers=1, rows_per_file=30, seed=1, overflow="split")
-    res = pack_files(paths, L, 4, output=tmp_path / "ray", engine="ray", workers=2, rows_per_file=30, seed=1,
-                     overflow="split")
-    assert res.engine == "ray" and res.verified
-    assert _parts(tmp_path / "ray") == _parts(tmp_path / "local")
-    assert (tmp_path / "ray" / "_packing_metadata.json").read_bytes() == (tmp_path / "local" / "_packing_metadata.json").read_bytes()
-    assert local.num_packs == res.num_packs
+    # the loss masks too (folded into labels by default, beside position_ids)
+    ids = t["input_ids"].to_pylist()
+    masked = t.append_column("completion_mask", pa.array([[int(x % 3 != 0) for x in r or []] for r in ids],
+                                                          pa.list_(pa.int8())))
+    for k, p in enumerate(paths[:2]):
+        pq.write_table(masked.slice(k * 300, 300), tmp_path / f"m{k}.parquet", row_group_size=97)
+    for inputs, name in [(paths, ""), (str(tmp_path / "m*.parquet"), "-m")]:
+        local = pack_files(inputs, L, 4, output=tmp_path / f"local{name}", workers=1, rows_per_file=30, seed=1,
+                           overflow="split")
+        res = pack_files(inputs, L, 4, output=tmp_path / f"ray{name}", engine="ray", workers=2, rows_per_file=30,
+                         seed=1, overflow="split")
+        assert res.engine == "ray" and res.verified and res.position_ids
+        assert _parts(tmp_path / f"ray{name}") == _parts(tmp_path / f"local{name}")
+        assert ((tmp_path / f"ray{name}" / "_packing_metadata.json").read_bytes()
+                == (tmp_path / f"local{name}" / "_packing_metadata.json").read_bytes())
+        assert local.num_packs == res.num_packs
+    assert res.folded_masks == ("completion_mask",)
+    assert "position_ids" in pq.read_schema(res.files[0]).names
 
 
 def test_ray_engine_errors_are_one_line(data, tmp_path, ray_runtime):

@@ -225,7 +225,7 @@ def test_output_reads_as_one_dataset(shards, tmp_path):
     assert ds.dataset(out).count_rows() == res.num_packs
     datasets = pytest.importorskip("datasets")
     loaded = datasets.load_dataset(str(out), split="train")
-    assert loaded.num_rows == res.num_packs and loaded.column_names == ["input_ids", "seq_lengths"]
+    assert loaded.num_rows == res.num_packs and loaded.column_names == ["input_ids", "seq_lengths", "position_ids"]
 
 
 def test_metadata_is_read_under_both_names(shards, tmp_path):

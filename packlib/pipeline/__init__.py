@@ -3,7 +3,9 @@
 :func:`pack_files` reads Parquet files, ``datasets`` ``save_to_disk`` directories or
 unpacked MLPerf BERT TFRecords and writes packed Parquet files with the columns
 :func:`packlib.formats.arrow.pack_table` gives (the selected list columns, packed, plus
-``seq_lengths``), in two passes over the input:
+``seq_lengths``; by default also ``position_ids`` and, where the data has loss masks,
+``labels`` with them folded in, as :func:`~packlib.formats.arrow.pack_dataset` writes), in
+two passes over the input:
 
 1. **lengths**: each shard's row lengths (4 bytes a row) go to the driver, which cuts
    rows into segments (``overflow``), packs all of them with the registry's packer (the
@@ -29,8 +31,11 @@ input sequence appears exactly once.
 >>> result = pack_files(os.path.join(d, "*.parquet"), 5, output=os.path.join(d, "packed"), workers=1)
 >>> result.num_packs, result.num_sequences, result.left_out_columns
 (2, 4, ('text',))
->>> pq.read_table(result.files[0]).to_pydict()
-{'input_ids': [[1, 2, 3, 4, 5], [7, 8, 9, 10, 6]], 'seq_lengths': [[3, 2], [4, 1]]}
+>>> packed = pq.read_table(result.files[0]).to_pydict()
+>>> packed["input_ids"], packed["seq_lengths"]
+([[1, 2, 3, 4, 5], [7, 8, 9, 10, 6]], [[3, 2], [4, 1]])
+>>> packed["position_ids"]   # restarting at every sequence: a Trainer drops seq_lengths
+[[0, 1, 2, 0, 1], [0, 1, 2, 3, 0]]
 >>> sorted(os.listdir(os.path.join(d, "packed")))
 ['_packing_metadata.json', 'part-00000-of-00001.parquet']
 >>> pq.read_table(os.path.join(d, "packed")).num_rows   # the directory reads as one dataset

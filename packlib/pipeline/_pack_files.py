@@ -38,7 +38,8 @@ def _output_second(args, kwargs):
 
 @deprecated_call(_output_second)
 def pack_files(inputs, max_sequence_length=None, max_sequences_per_pack=None, *, output, seq_length=None,
-               columns=None, method: str = "bfd", overflow: str = "error", engine: str = "local",
+               columns=None, method: str = "bfd", overflow: str = "error", position_ids: bool = True,
+               fold_masks: bool = True, engine: str = "local",
                workers: int | None = None, ray_address: str | None = None, rows_per_file: int | None = None,
                seed: int = 0, progress: bool | None = None, verify: bool = True) -> PackResult:
     """Pack Parquet / Arrow / MLPerf TFRecord files into packed Parquet files, out of core.
@@ -65,6 +66,17 @@ def pack_files(inputs, max_sequence_length=None, max_sequences_per_pack=None, *,
     overflow : {"error", "truncate", "split"}, default "error"
         What to do with a row longer than the capacity: stop with an error naming the file
         and row, keep its first tokens, or cut it into pieces of the capacity (no token lost).
+    position_ids : bool, default True
+        Add ``position_ids``: 0, 1, ... restarting at every packed sequence. On by default
+        (as in :func:`packlib.formats.arrow.pack_dataset`) because the output is read by
+        ``transformers.Trainer``, whose default ``remove_unused_columns=True`` drops
+        ``seq_lengths``: ``position_ids`` are then what tell
+        :class:`packlib.torch.PackedCollator` where a row's sequences start. A packed column
+        named ``position_ids`` is refused unless this is False.
+    fold_masks : bool, default True
+        Where ``completion_mask`` or ``assistant_masks`` is packed, also write ``labels``:
+        -100 wherever one of them is 0, else the given ``labels`` (``input_ids`` when there
+        are none). On by default because the Trainer drops the masks themselves.
     engine : {"local", "ray"}, default "local"
         A process pool on this machine, or Ray tasks (a local Ray, or ``ray_address``'s cluster).
     workers : int, optional
@@ -96,7 +108,8 @@ def pack_files(inputs, max_sequence_length=None, max_sequences_per_pack=None, *,
         running, and the caller's signal handlers are as they were.
     """
     return _FilesRun(inputs, output, max_sequence_length, max_sequences_per_pack, seq_length=seq_length,
-                     columns=columns, method=method, overflow=overflow, engine=engine, workers=workers,
+                     columns=columns, method=method, overflow=overflow, position_ids=position_ids,
+                     fold_masks=fold_masks, engine=engine, workers=workers,
                      ray_address=ray_address, rows_per_file=rows_per_file, seed=seed, progress=progress,
                      verify=verify).run()
 
@@ -105,7 +118,8 @@ class _FilesRun:
     """One run of :func:`pack_files`: options checked once in ``__init__``, then the passes."""
 
     def __init__(self, inputs, output, max_sequence_length, max_sequences_per_pack, *, seq_length, columns, method,
-                 overflow, engine, workers, ray_address, rows_per_file, seed, progress, verify):
+                 overflow, position_ids, fold_masks, engine, workers, ray_address, rows_per_file, seed, progress,
+                 verify):
         from .. import methods
         from .._validate import as_bool, as_capacity, as_choice, as_depth, as_positive_int, as_seed
 
@@ -114,6 +128,8 @@ class _FilesRun:
         self.depth = as_depth(max_sequences_per_pack)
         self.method = methods.get(method)
         self.overflow = as_choice(overflow, "overflow", OVERFLOWS)
+        self.position_ids = as_bool(position_ids, "position_ids")
+        self.fold_masks = as_bool(fold_masks, "fold_masks")
         self.engine_name = as_choice(engine, "engine", ENGINES)
         self.workers = None if workers is None else as_positive_int(workers, "workers")
         self.rows_per_file = None if rows_per_file is None else as_positive_int(rows_per_file, "rows_per_file")
@@ -165,6 +181,7 @@ class _FilesRun:
     # -- inputs and schema ------------------------------------------------------------------
     def read_schema(self) -> None:
         from ..formats import arrow as A
+        from ..formats.arrow._labels import FOLDED_MASKS
         from ._tasks import type_key
         from .readers import expand_inputs, read_schema
 
@@ -177,6 +194,11 @@ class _FilesRun:
             self.cols = list(A.select_list_columns(schema, columns))
         except (ValueError, TypeError) as exc:
             raise InputError(f"{self.shards[0].path}: {exc}") from None
+        if self.position_ids and A.POSITION_IDS in self.cols:
+            raise InputError(f"{self.shards[0].path}: column {A.POSITION_IDS!r} is packed and position_ids=True "
+                             "would add another; pass position_ids=False (--no-position-ids), or leave it out "
+                             "with columns=[...]")
+        self.folded = tuple(m for m in FOLDED_MASKS if m in self.cols) if self.fold_masks else ()
         self.left_out = tuple(n for n in schema.names if n not in self.cols)
         self.types = tuple(type_key(schema.field(c).type) for c in self.cols)
         self.token_bytes = _token_bytes(schema, self.cols)
@@ -186,7 +208,7 @@ class _FilesRun:
         from ._tasks import Job, lengths_task
 
         self.job = Job(tuple(self.shards), tuple(self.cols), self.types, self.L, self.overflow, self.work, 0,
-                       cache_inputs=_CACHE_INPUTS)
+                       cache_inputs=_CACHE_INPUTS, position_ids=self.position_ids, folded_masks=self.folded)
         res = self.eng.map(lengths_task, [(self.job, i) for i in range(len(self.shards))], "pass 1: lengths",
                            self.progress, unit="file")
         self.note(res)
@@ -272,7 +294,7 @@ class _FilesRun:
         self.names = [self.job.part_name(f) for f in range(self.F)]
         meta = _metadata(self.shards, self.row_counts, self.cols, self.left_out, self.L, self.depth, self.method.name,
                          self.overflow, self.seed, self.R, self.packs, self.segs, self.names, self.file_stats,
-                         self.null_rows)
+                         self.null_rows, self.position_ids, self.folded)
         with open(os.path.join(self.work, METADATA_NAME), "w", encoding="utf-8") as fh:
             json.dump(meta, fh, indent=1)
             fh.write("\n")
@@ -292,7 +314,8 @@ class _FilesRun:
             columns=tuple(self.cols), left_out_columns=self.left_out, engine=self.engine_name,
             workers=self.eng.workers, seconds=self.seconds,
             peak_memory=int(sum(self.peaks.values())), peak_memory_by_process=self.peaks,
-            verified=self.verify_output, packs=self.packs, null_rows=self.null_rows)
+            verified=self.verify_output, packs=self.packs, null_rows=self.null_rows, position_ids=self.position_ids,
+            folded_masks=self.folded)
 
 
 def _as_columns(columns):

@@ -40,6 +40,10 @@ class PackResult:
         Whether the exactly-once check ran (it raises when it fails).
     packs : Packs
         The packs over sequence ids (input order), before shuffling into files.
+    position_ids : bool
+        Whether the output has ``position_ids``.
+    folded_masks : tuple of str
+        The masks folded into the output's ``labels`` (empty: none were).
     """
 
     output: str
@@ -63,6 +67,13 @@ class PackResult:
     verified: bool = False
     packs: object = None
     null_rows: int = 0
+    position_ids: bool = False
+    folded_masks: tuple = ()
+
+    @property
+    def output_columns(self) -> tuple:
+        """The columns of every output file, in order."""
+        return _output_columns(self.columns, self.position_ids, self.folded_masks)
 
     @property
     def efficiency(self) -> float:
@@ -84,8 +95,11 @@ class PackResult:
             f"{'' if self.max_sequences_per_pack is None else f', at most {self.max_sequences_per_pack} per pack'}): "
             f"{100 * self.efficiency:.3f} % efficiency, {self.num_packs - self.lower_bound:,} packs above "
             f"ceil(tokens/L) = {self.lower_bound:,}",
-            f"wrote {_count(len(self.files), 'file')} to {self.output} (columns {', '.join(self.columns)} + seq_lengths)",
+            f"wrote {_count(len(self.files), 'file')} to {self.output} (columns {', '.join(self.output_columns)})",
         ]
+        if self.folded_masks:
+            lines.append(f"labels: -100 wherever {' or '.join(self.folded_masks)} is 0 (kept through a Trainer's "
+                         "column filter, which drops the masks)")
         if self.left_out_columns:
             lines.append(f"left out (not list columns, or not selected): {', '.join(self.left_out_columns)}")
         if self.dropped_rows or self.truncated_tokens:
@@ -102,7 +116,7 @@ class PackResult:
     def to_dict(self) -> dict:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("packs", "peak_memory_by_process")}
         d.update(files=list(self.files), columns=list(self.columns), left_out_columns=list(self.left_out_columns),
-                 efficiency=self.efficiency)
+                 folded_masks=list(self.folded_masks), efficiency=self.efficiency)
         return d
 
     def __repr__(self) -> str:
@@ -114,13 +128,22 @@ def _count(n: int, unit: str) -> str:
     return f"{n:,} {unit}{'' if n == 1 else 's'}"
 
 
+def _output_columns(cols, position_ids, folded_masks) -> tuple:
+    """The packed columns, ``seq_lengths``, ``position_ids`` if added, ``labels`` if folding adds it."""
+    extra = ("position_ids",) if position_ids else ()
+    extra += ("labels",) if folded_masks and "labels" not in cols else ()
+    return (*cols, "seq_lengths", *extra)
+
+
 def _metadata(shards, row_counts, cols, left_out, L, depth, method, overflow, seed, R, packs, segs, names, stats,
-              null_rows=0):
+              null_rows=0, position_ids=False, folded_masks=()):
     tokens = int(packs.num_tokens)
     P = packs.num_packs
     return {
         "format": "packlib packed parquet",
-        "columns": list(cols) + ["seq_lengths"],
+        "columns": list(_output_columns(cols, position_ids, folded_masks)),
+        "position_ids": bool(position_ids),
+        "folded_masks": list(folded_masks),
         "left_out_columns": list(left_out),
         "inputs": [{"path": s.path, "rows": int(n)} for s, n in zip(shards, row_counts)],
         "options": {"max_sequence_length": L, "max_sequences_per_pack": depth, "method": method,

@@ -5,7 +5,8 @@ Pass 1 (:func:`lengths_task`): one shard -> its row lengths. Pass 2a (:func:`spi
 one shard -> its segments, each written to the bucket of the output file its pack lands
 in (one Arrow IPC spill file per shard, batches tagged with their output file). Pass 2b
 (:func:`assemble_task`): one output file <- its batches of every spill file, sorted by
-output position and gathered into packs. Verify (:func:`verify_task`): one output file ->
+output position and gathered into packs (``position_ids`` and folded ``labels`` added
+when asked). Verify (:func:`verify_task`): one output file ->
 content hashes of its segments. Every file is written under a temporary name and renamed
 when complete, so a retried task never leaves half a file behind.
 """
@@ -24,6 +25,7 @@ import numpy as np
 from ._errors import InputError, PipelineError
 from ._signals import check as stop_check  # a safe point when a task runs in the driver (one worker)
 from ..formats.arrow._gather import _gather
+from ..formats.arrow._labels import LABELS, fold_masks
 from .readers import Shard, iter_batches, read_schema
 
 POS = "__packlib_position"
@@ -43,6 +45,20 @@ class Job:
     num_files: int
     row_group_rows: int = 1024  # packs per Parquet row group of the output
     cache_inputs: bool = True  # pass 1 copies Parquet / TFRecord shards to Arrow IPC for pass 2
+    position_ids: bool = False  # the output gets position_ids (0, 1, ... restarting at every sequence)
+    folded_masks: tuple = ()  # the masks folded into the output's labels (-100 where one is 0)
+
+    @property
+    def hashed_columns(self) -> tuple:
+        """The columns the exactly-once check hashes: the packed ones, and ``labels`` when
+        folding adds it (``labels`` hashed as folded, on the input side as on the output side)."""
+        if self.folded_masks and LABELS not in self.columns:
+            return self.columns + (LABELS,)
+        return self.columns
+
+    def folded(self, table):
+        """``table`` with the masks folded into ``labels``, as the output holds them."""
+        return fold_masks(table, self.columns)[0] if self.folded_masks else table
 
     def cached(self, shard: Shard) -> bool:
         return self.cache_inputs and shard.kind in ("parquet", "tfrecord") or shard.kind == "tfrecord"
@@ -236,7 +252,7 @@ def spill_task(job: Job, i: int, num_rows: int, seg_row, seg_start, seg_len, seg
     pause_point("spill")
     import pyarrow as pa
 
-    from ._hash import hash_into, list_values
+    from ._hash import hash_into, list_values, single_chunk
 
     shard = job.shards[i]
     cols = list(job.columns)
@@ -255,8 +271,9 @@ def spill_task(job: Job, i: int, num_rows: int, seg_row, seg_start, seg_len, seg
             rows = seg_row[k:k2] - r0
             st, ln = seg_start[k:k2], seg_len[k:k2]
             h = hashes[k:k2]
-            for c in cols:
-                offs, values = list_values(batch.column(batch.schema.get_field_index(c)))
+            hashed = job.folded(table)
+            for c in job.hashed_columns:
+                offs, values = list_values(single_chunk(hashed.column(c)))
                 a = offs[rows].astype(np.int64) + st
                 if rows.size and (a + ln > offs[rows + 1]).any():
                     raise InputError(f"{shard.path}: the file changed while it was being packed; run again")
@@ -297,7 +314,6 @@ def assemble_task(job: Job, f: int, sources, pack_offsets, first_pos: int):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-
     cols = list(job.columns)
     batches, schema = [], None
     for s, ids in sources:
@@ -319,8 +335,9 @@ def assemble_task(job: Job, f: int, sources, pack_offsets, first_pos: int):
     ln = pc.list_value_length(table.column(cols[0])).to_numpy()[order].astype(np.int64)
     # whole spilled segments, in the order the plan checked: gathered without a second check
     out = _gather(table, cols, order.astype(np.int64), np.zeros(n, dtype=np.int64), ln,
-                  np.ascontiguousarray(pack_offsets, dtype=np.int64), False)
+                  np.ascontiguousarray(pack_offsets, dtype=np.int64), job.position_ids)
     del table, batches
+    out = job.folded(out)
     if any(col.num_chunks > 1 for col in out.columns):
         out = out.combine_chunks()
     path = job.part_path(f)
@@ -368,10 +385,10 @@ def verify_task(job: Job, f: int, max_sequences_per_pack):
     path = job.part_path(f)
     hashes = [np.zeros(0, dtype=np.uint64)]
     with pq.ParquetFile(path, pre_buffer=False) as pf:
-        for b in pf.iter_batches(batch_size=job.row_group_rows, columns=list(job.columns) + ["seq_lengths"],
+        for b in pf.iter_batches(batch_size=job.row_group_rows, columns=list(job.hashed_columns) + ["seq_lengths"],
                                  use_threads=False):
             stop_check()
-            hashes.append(segment_hashes(pa.Table.from_batches([b]), job.columns, job.max_sequence_length,
+            hashes.append(segment_hashes(pa.Table.from_batches([b]), job.hashed_columns, job.max_sequence_length,
                                          max_sequences_per_pack, where=f"{path}: "))
     h = np.concatenate(hashes)
     h.sort()

@@ -62,6 +62,14 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--overflow", choices=["error", "truncate", "split"], default="error",
                         help="rows longer than N: stop with an error naming the file and row (default, as in "
                              "pack_files and pack_table), keep the first N tokens, or cut them into pieces")
+    parser.add_argument("--position-ids", action=argparse.BooleanOptionalAction, default=True,
+                        help="add position_ids restarting at every packed sequence (default on: a Trainer with "
+                             "remove_unused_columns=True drops seq_lengths, and PackedCollator then splits rows "
+                             "by position_ids; --no-position-ids: TRL's columns only)")
+    parser.add_argument("--fold-masks", action=argparse.BooleanOptionalAction, default=True,
+                        help="where completion_mask or assistant_masks is packed, also write labels with -100 "
+                             "wherever a mask is 0 (default on: a Trainer drops the masks; --no-fold-masks: the "
+                             "masks alone)")
     parser.add_argument("--engine", choices=["local", "ray"], default="local",
                         help="local: a process pool on this machine; ray: Ray tasks (pip install 'packlib[ray]')")
     parser.add_argument("--workers", type=_positive, default=None, metavar="N",
@@ -100,6 +108,10 @@ def run(args: argparse.Namespace) -> int:
     if not megatron and getattr(args, "metadata_output", None) is not None:
         print("error: --metadata-output goes with --format megatron-sft", file=sys.stderr)
         return 2
+    if megatron and not (getattr(args, "position_ids", True) and getattr(args, "fold_masks", True)):
+        print("error: --no-position-ids and --no-fold-masks go with --format parquet (megatron-sft writes "
+              "Megatron-Bridge's own columns)", file=sys.stderr)
+        return 2
     args.method = args.method or ("optimal" if megatron else "bfd")
     with armed():  # SIGINT, SIGTERM, SIGHUP: one line and 128 + signal; after publishing, the command ends as it would
         return _run_megatron_sft(args) if megatron else _run_files(args)
@@ -112,7 +124,8 @@ def _run_files(args: argparse.Namespace) -> int:
     try:
         result = pack_files(args.inputs, args.max_sequence_length, args.max_sequences_per_pack, output=args.output,
                             columns=args.columns, method=args.method, overflow=args.overflow,
-                            engine=args.engine, workers=args.workers, ray_address=args.ray_address,
+                            position_ids=getattr(args, "position_ids", True),
+                            fold_masks=getattr(args, "fold_masks", True), engine=args.engine, workers=args.workers, ray_address=args.ray_address,
                             rows_per_file=args.rows_per_file, seed=args.seed, progress=args.progress,
                             verify=args.verify)
     except (PipelineError, ValueError, TypeError, OSError, MemoryError) as exc:
