@@ -43,6 +43,13 @@ def inputs(tmp_path_factory):
         ids = [list(range(n)) for n in lengths.tolist()]
         mask = [[k >= n // 2 for k in range(n)] for n in lengths.tolist()]
         pq.write_table(pa.table({"input_ids": ids, "loss_mask": mask}), d / f"part-{f}.parquet")
+    # one whole run of each format first, one at a time: numba compiles the pipeline's kernels
+    # into its cache here, not in several stopped runs at once (which, on a loaded machine
+    # with a cold cache, can take longer than a case waits)
+    for megatron in (False, True):
+        warm = tmp_path_factory.mktemp("warm")
+        subprocess.run(command(d, warm, workers=None if megatron else 2, megatron=megatron), check=True,
+                       capture_output=True, env=dict(os.environ, PYTHONPATH=ROOT), timeout=600)
     return d
 
 
