@@ -1,6 +1,8 @@
 import os
 import pathlib
+import signal
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 # Kernels compile on first use, so the first example of a property may be slow.
@@ -37,3 +39,17 @@ def reference_plan_files() -> list[pathlib.Path]:
 
 # for ``@pytest.mark.parametrize("path", REFERENCE_OUTPUTS, ...)``
 REFERENCE_OUTPUTS = reference_plan_files()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _stop_signals_reach_the_runs_under_test():
+    """A shell that starts the tests in the background (``cmd &``) ignores SIGINT in them, and
+    so in every process they start; a pipeline run keeps an ignored signal ignored (as under
+    ``nohup``), so a test that stops a run with SIGINT would wait for nothing. The tests'
+    processes handle SIGINT as an interactive run does; the shell's setting comes back after."""
+    before = signal.getsignal(signal.SIGINT)
+    if before is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    if before is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, before)
