@@ -35,8 +35,8 @@ def masked_tables(draw):
     return pa.table({k: pa.array(v, type=types[k]) for k, v in cols.items()}), cols
 
 
-@settings(max_examples=60, deadline=None)
-@given(masked_tables(), st.integers(1, 30), st.sampled_from(["truncate", "split"]), st.sampled_from(["bfd", "nnls"]))
+@settings(max_examples=40, deadline=None)   # the folding follows the gathered rows, whichever packer made them
+@given(masked_tables(), st.integers(1, 30), st.sampled_from(["truncate", "split"]), st.sampled_from(["bfd", "ffd"]))
 def test_folded_labels_say_what_every_mask_allows(tm, L, overflow, method):
     table, cols = tm
     packed = A.pack_table(table, L, overflow=overflow, method=method, fold_masks=True)
