@@ -39,7 +39,8 @@ def assign_plan(items, offsets, counts, lengths, L, seed):
     pack_offsets = np.empty(n_packs + 1, np.int64)
     pack_offsets[0] = 0
     indices = np.empty(n, np.int64)
-    cursor[:] = starts
+    for s in range(starts.size):  # loops, not slice copies: no shape-error path to compile
+        cursor[s] = starts[s]
     t = 0
     p = 0
     for s in range(counts.size):

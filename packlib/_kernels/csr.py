@@ -121,7 +121,8 @@ def _merge_sort_rows(items, offsets, order, tmp, lo, hi):
         src, dst = dst, src
         width *= 2
     if src is not order:
-        order[lo:hi] = src[lo:hi]
+        for k in range(lo, hi):
+            order[k] = src[k]
 
 
 @jit

@@ -30,7 +30,8 @@ def _pack_arena(items, offsets, counts):
     T = counts.size
     n = offsets[T]
     arena = np.zeros(2 * n + 16, np.int64)
-    arena[:n] = items[:n]
+    for i in range(n):
+        arena[i] = items[i]
     start = np.zeros(2 * T + 16, np.int64)
     size = np.zeros(2 * T + 16, np.int64)
     cnt = np.zeros(2 * T + 16, np.int64)
@@ -46,11 +47,10 @@ def _grown_rows(start, size, cnt, n_rows):
     """The row starts, sizes and counts in arrays twice as long."""
     cap = 2 * start.shape[0]
     s1 = np.zeros(cap, np.int64)
-    s1[:n_rows] = start[:n_rows]
     s2 = np.zeros(cap, np.int64)
-    s2[:n_rows] = size[:n_rows]
     c2 = np.zeros(cap, np.int64)
-    c2[:n_rows] = cnt[:n_rows]
+    for t in range(n_rows):
+        s1[t], s2[t], c2[t] = start[t], size[t], cnt[t]
     return s1, s2, c2
 
 

@@ -428,10 +428,14 @@ def nnls_histogram_pack(h, L, D, w, max_iterations):
     w_all = max(width, rest_rows.shape[1])
     out = np.zeros((n_rows + rest_counts.size, w_all), np.int64)
     out_counts = np.empty(n_rows + rest_counts.size, np.int64)
-    out[:n_rows, :width] = rows[:n_rows]
-    out_counts[:n_rows] = counts[:n_rows]
-    out[n_rows:, : rest_rows.shape[1]] = rest_rows
-    out_counts[n_rows:] = rest_counts
+    for r in range(n_rows):
+        out_counts[r] = counts[r]
+        for w in range(width):
+            out[r, w] = rows[r, w]
+    for r in range(rest_counts.size):
+        out_counts[n_rows + r] = rest_counts[r]
+        for w in range(rest_rows.shape[1]):
+            out[n_rows + r, w] = rest_rows[r, w]
     return out, out_counts, iterations
 
 
@@ -492,9 +496,12 @@ def repack_underfilled(rows, counts, L, D):
     i = 0
     for g in range(n):
         if fill[g] >= best_threshold:
-            out[i, : rows.shape[1]] = rows[g]
+            for w in range(rows.shape[1]):
+                out[i, w] = rows[g, w]
             out_counts[i] = counts[g]
             i += 1
-    out[n_kept:, : sub_rows.shape[1]] = sub_rows
-    out_counts[n_kept:] = sub_counts
+    for r in range(sub_counts.size):
+        out_counts[n_kept + r] = sub_counts[r]
+        for w in range(sub_rows.shape[1]):
+            out[n_kept + r, w] = sub_rows[r, w]
     return out, out_counts

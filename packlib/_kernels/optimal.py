@@ -154,8 +154,10 @@ def round_columns(rows, x, h):
     # each length splits at most one group (the last one it takes copies from)
     out = np.zeros((S + L, W), np.int64)
     out_counts = np.zeros(S + L, np.int64)
-    out[:S] = rows
-    out_counts[:S] = counts
+    for p in range(S):  # loops, not slice copies: no shape-error path to compile
+        out_counts[p] = counts[p]
+        for w in range(W):
+            out[p, w] = rows[p, w]
     n_out = S
     shorter = 0  # the longest length of h below l (0: none)
     for l in range(L, 0, -1):
@@ -292,7 +294,8 @@ def _fill_state(h, L):
 def _grown(a, size):
     """``a`` in a zeroed array of at least ``size`` entries (doubling)."""
     out = np.zeros(max(2 * a.size, size), a.dtype)
-    out[: a.size] = a
+    for i in range(a.size):
+        out[i] = a[i]
     return out
 
 
