@@ -178,7 +178,8 @@ def canonical_rows(items, offsets, counts):
             continue
         m += 1
         size = off[s + 1] - off[s]
-        out_items[out_off[m]:out_off[m] + size] = rows[off[s]:off[s + 1]]
+        for k in range(size):  # a loop, not a slice copy: no shape-error path to compile
+            out_items[out_off[m] + k] = rows[off[s] + k]
         out_off[m + 1] = out_off[m] + size
         out_cnt[m] = cnt[s]
     m += 1

@@ -27,5 +27,7 @@ def grow2(a, needed):
     if needed <= a.shape[0]:
         return a
     out = np.zeros((max(needed, 2 * a.shape[0]), a.shape[1]), dtype=a.dtype)
-    out[: a.shape[0]] = a
+    for i in range(a.shape[0]):
+        for j in range(a.shape[1]):
+            out[i, j] = a[i, j]
     return out

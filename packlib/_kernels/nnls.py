@@ -111,8 +111,9 @@ def _remove(T, p, k, col_len, col_mult, col_n, u, x):
         for c in range(j + 2):
             T[j, c] = T[j + 1, c]
         col_n[j] = col_n[j + 1]
-        col_len[j] = col_len[j + 1]
-        col_mult[j] = col_mult[j + 1]
+        for i in range(col_len.shape[1]):  # element by element: no shape-error path to compile
+            col_len[j, i] = col_len[j + 1, i]
+            col_mult[j, i] = col_mult[j + 1, i]
         x[j] = x[j + 1]
     for c in range(p):
         T[p - 1, c] = 0.0
@@ -354,7 +355,8 @@ def _edit_slots(rows, counts, n_rows, old, new, k):
                 else:
                     rows = grow2(rows, n_rows + 1)
                     counts = grow1(counts, n_rows + 1, n_rows)
-                    rows[n_rows] = rows[g]
+                    for w in range(rows.shape[1]):  # element by element: no shape-error path to compile
+                        rows[n_rows, w] = rows[g, w]
                     counts[n_rows] = k
                     counts[g] -= k
                     _replace_in_row(rows, n_rows, old, new)

@@ -177,7 +177,8 @@ def round_columns(rows, x, h):
                 if pos >= 0:
                     take = min(out_counts[p], surplus)
                     if take < out_counts[p]:
-                        out[n_out] = out[p]
+                        for w in range(W):  # element by element: no shape-error path to compile
+                            out[n_out, w] = out[p, w]
                         out_counts[n_out] = out_counts[p] - take
                         out_counts[p] = take
                         n_out += 1
