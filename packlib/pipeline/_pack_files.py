@@ -181,7 +181,8 @@ class _FilesRun:
     # -- inputs and schema ------------------------------------------------------------------
     def read_schema(self) -> None:
         from ..formats import arrow as A
-        from ..formats.arrow._labels import FOLDED_MASKS
+        from ..formats.arrow._columns import refuse_packed_position_ids
+        from ..formats.arrow._labels import folded_masks
         from ._tasks import type_key
         from .readers import expand_inputs, read_schema
 
@@ -192,13 +193,10 @@ class _FilesRun:
             columns = [f.name for f in schema if _is_list_type(f.type)] or None
         try:
             self.cols = list(A.select_list_columns(schema, columns))
+            refuse_packed_position_ids(self.cols, self.position_ids)
         except (ValueError, TypeError) as exc:
             raise InputError(f"{self.shards[0].path}: {exc}") from None
-        if self.position_ids and A.POSITION_IDS in self.cols:
-            raise InputError(f"{self.shards[0].path}: column {A.POSITION_IDS!r} is packed and position_ids=True "
-                             "would add another; pass position_ids=False (--no-position-ids), or leave it out "
-                             "with columns=[...]")
-        self.folded = tuple(m for m in FOLDED_MASKS if m in self.cols) if self.fold_masks else ()
+        self.folded = tuple(folded_masks(self.cols)) if self.fold_masks else ()
         self.left_out = tuple(n for n in schema.names if n not in self.cols)
         self.types = tuple(type_key(schema.field(c).type) for c in self.cols)
         self.token_bytes = _token_bytes(schema, self.cols)

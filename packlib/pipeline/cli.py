@@ -125,7 +125,8 @@ def _run_files(args: argparse.Namespace) -> int:
         result = pack_files(args.inputs, args.max_sequence_length, args.max_sequences_per_pack, output=args.output,
                             columns=args.columns, method=args.method, overflow=args.overflow,
                             position_ids=getattr(args, "position_ids", True),
-                            fold_masks=getattr(args, "fold_masks", True), engine=args.engine, workers=args.workers, ray_address=args.ray_address,
+                            fold_masks=getattr(args, "fold_masks", True), engine=args.engine, workers=args.workers,
+                            ray_address=args.ray_address,
                             rows_per_file=args.rows_per_file, seed=args.seed, progress=args.progress,
                             verify=args.verify)
     except (PipelineError, ValueError, TypeError, OSError, MemoryError) as exc:

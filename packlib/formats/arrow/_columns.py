@@ -40,6 +40,13 @@ def _as_table_like(table, name: str = "table"):
     raise TypeError(f"{name} must be a pyarrow.Table or RecordBatch, got {type(table).__name__}{hint}")
 
 
+def refuse_packed_position_ids(columns, position_ids: bool) -> None:
+    """A packed ``position_ids`` column and ``position_ids=True`` (which adds another): a ValueError."""
+    if position_ids and POSITION_IDS in columns:
+        raise ValueError(f"column {POSITION_IDS!r} is packed and position_ids=True would add another; "
+                         "pass position_ids=False, or leave it out with columns=[...]")
+
+
 def _chunks(column) -> list:
     """The chunks of a table column (a RecordBatch column is one chunk)."""
     return list(column.chunks) if hasattr(column, "chunks") else [column]

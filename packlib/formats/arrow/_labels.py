@@ -23,18 +23,21 @@ def _label_type(pa, base_type):
     return pa.int64()
 
 
-def _folded_batch(pa, batch, base: str, masks: list[str], value_type):
+def folded_masks(columns) -> list[str]:
+    """The loss masks among ``columns`` that :func:`fold_masks` folds into ``labels``."""
+    return [name for name in FOLDED_MASKS if name in columns]
+
+
+def _folded_batch(pa, batch, base: str, masks: list[str], list_type):
     """One record batch's ``labels``: the base column's values, -100 where a mask is 0."""
     column = batch.column(base)
-    values = _flat(column).astype(value_type.to_pandas_dtype(), copy=True)
+    values = _flat(column).astype(list_type.value_type.to_pandas_dtype(), copy=True)
     for name in masks:
         values[_flat(batch.column(name)) == 0] = IGNORE_INDEX
     offsets = column.offsets.to_numpy()
-    offsets = offsets - offsets[0]
-    list_type = pa.large_list if pa.types.is_large_list(column.type) else pa.list_
-    array_type = pa.LargeListArray if pa.types.is_large_list(column.type) else pa.ListArray
-    return array_type.from_arrays(pa.array(offsets), pa.array(values, type=value_type),
-                                  type=list_type(value_type))
+    array_type = pa.LargeListArray if pa.types.is_large_list(list_type) else pa.ListArray
+    return array_type.from_arrays(pa.array(offsets - offsets[0]), pa.array(values, type=list_type.value_type),
+                                  type=list_type)
 
 
 def fold_masks(table, columns) -> tuple:
@@ -42,15 +45,15 @@ def fold_masks(table, columns) -> tuple:
     ``assistant_masks`` marks 0 is -100 (the given ``labels``, else the ``input_ids``,
     elsewhere), and the names of the masks folded. A table with neither mask among
     ``columns`` comes back unchanged, with ``[]``."""
-    masks = [name for name in FOLDED_MASKS if name in columns]
+    masks = folded_masks(columns)
     if not masks:
         return table, []
     pa = _pyarrow()
     base = LABELS if LABELS in columns else "input_ids"
-    value_type = _label_type(pa, table.schema.field(base).type.value_type)
     base_type = table.schema.field(base).type
+    value_type = _label_type(pa, base_type.value_type)
     list_type = (pa.large_list if pa.types.is_large_list(base_type) else pa.list_)(value_type)
-    chunks = [_folded_batch(pa, b, base, masks, value_type) for b in table.to_batches() if b.num_rows]
+    chunks = [_folded_batch(pa, b, base, masks, list_type) for b in table.to_batches() if b.num_rows]
     labels = pa.chunked_array(chunks, type=list_type)
     if LABELS in table.schema.names:
         return table.set_column(table.schema.get_field_index(LABELS), LABELS, labels), masks

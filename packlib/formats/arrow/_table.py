@@ -15,6 +15,7 @@ from ._columns import (
     _datasets,
     _pyarrow,
     null_rows,
+    refuse_packed_position_ids,
     row_lengths,
     select_list_columns,
 )
@@ -38,9 +39,7 @@ def _options(max_sequence_length, seq_length, method, max_sequences_per_pack, ov
 def _pack(table, rows_map, L, columns, method, depth, overflow, position_ids, seed, fold=False):
     """Pack ``table`` (or its rows ``rows_map``, in that order): the packed table with its report."""
     cols = select_list_columns(table.schema, columns)
-    if position_ids and POSITION_IDS in cols:
-        raise ValueError(f"column {POSITION_IDS!r} is packed and position_ids=True would add another; "
-                         "pass position_ids=False, or leave it out with columns=[...]")
+    refuse_packed_position_ids(cols, position_ids)
     lens = row_lengths(table, cols)
     if rows_map is not None:
         lens = lens[rows_map]
@@ -125,8 +124,8 @@ def pack_table(table, max_sequence_length=None, *, seq_length=None, columns=None
         One row per pack, in the order :func:`packlib.methods.pack` returns the packs (for
         ``"bfd"``: the order packs were opened, longest segments first); inside a row the
         segments in pack order. Columns: the selected ones (same types), ``seq_lengths``
-        (as TRL), ``position_ids`` if asked, ``labels`` if folded; see :func:`gather_packs`. Empty and null rows
-        are dropped and counted. The packing report is in the schema metadata under
+        (as TRL), ``position_ids`` if asked, ``labels`` if folded; see :func:`gather_packs`.
+        Empty and null rows are dropped and counted. The packing report is in the schema metadata under
         ``b"packlib"`` (JSON); read it with :func:`packing_report`.
     """
     table = _as_table_like(table)
