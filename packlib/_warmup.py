@@ -2,9 +2,13 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 import time
 
 import numpy as np
+
+from ._shared_compile import compile_in_processes, helper_main
+from ._validate import as_positive_int
 
 __all__ = ["warmup"]
 
@@ -14,7 +18,7 @@ def _step(name: str, verbose: bool, t0: float) -> None:
         print(f"warmed {name} ({time.perf_counter() - t0:.2f} s so far)")
 
 
-def warmup(verbose: bool = False) -> float:
+def warmup(verbose: bool = False, *, processes: int = 1) -> float:
     """Compile (or load from numba's on-disk cache) every kernel of packlib now.
 
     Kernels otherwise compile on their first call: a few seconds each the first time on a
@@ -46,17 +50,67 @@ def warmup(verbose: bool = False) -> float:
     ----------
     verbose : bool, default False
         Print each family as it is done, with the time so far.
+    processes : int, default 1
+        Compile in this many processes at once: ``processes - 1`` helper interpreters take
+        families the caller has not started and write them to numba's cache, from which the
+        caller then loads them. Pays on a machine with that many idle cores and a writable
+        cache (a helper that cannot write it only costs the caller its own compile).
 
     Returns
     -------
     float
         The seconds it took.
     """
+    processes = as_positive_int(processes, "processes")
     t0 = time.perf_counter()
+    warm_in_processes([f"family:{name}" for name, _ in _FAMILIES], processes)
     for name, warm in _FAMILIES:
         if warm() is not False:
             _step(name, verbose, t0)
     return time.perf_counter() - t0
+
+
+def warm_in_processes(units, processes: int) -> None:
+    """Compile ``units`` (see :func:`run_unit`) in this process and ``processes - 1`` helpers."""
+    compile_in_processes(units, run_unit, processes, __name__)
+
+
+def method_unit(name: str, depth: int | None, kind: str = "method") -> str:
+    """The unit (:func:`run_unit`) that warms histogram method ``name`` at ``depth``."""
+    return f"{kind}:{name}:{'none' if depth is None else int(depth)}"
+
+
+def run_unit(unit: str) -> None:
+    """Compile (or load) one unit's kernels in this process, the unit named by a string that
+    a helper interpreter can be given (:mod:`packlib._shared_compile`):
+
+    - ``"family:NAME"``: one kernel family of :func:`warmup`;
+    - ``"method:NAME:DEPTH"``: one histogram method of :mod:`packlib.methods` at ``DEPTH``
+      (an integer or ``none``), as :func:`packlib.compare` warms it up;
+    - ``"optimal-kernels:optimal:DEPTH"``: the same for ``optimal``, but with a plan of one
+      sequence a pack standing in for the SPFHP, LPFHP and NNLSHP plans it also makes, so
+      that another process can compile their kernels at the same time.
+    """
+    from .comparison import WARMUP_HISTOGRAM, warm_method
+
+    kind, _, rest = unit.partition(":")
+    name, _, depth_text = rest.partition(":")
+    depth = None if depth_text == "none" else int(depth_text or 0)
+    if kind == "family":
+        dict(_FAMILIES)[rest]()
+    elif kind == "method":
+        warm_method(name, depth)
+    elif kind == "optimal-kernels":
+        from ._plan import PackingPlan
+        from .optimal import _optimal
+
+        tiny = np.asarray(WARMUP_HISTOGRAM, dtype=np.int64)
+        present = np.flatnonzero(tiny)
+        one_a_pack = PackingPlan((present + 1)[:, None], tiny[present], tiny.size, depth)
+        _optimal(tiny, tiny.size, depth, known={name: (one_a_pack, 0.0) for name in ("spfhp", "lpfhp", "nnls")})
+    else:
+        raise ValueError(f"unknown compile unit {unit!r}: expected 'family:NAME', 'method:NAME:DEPTH' "
+                         "or 'optimal-kernels:optimal:DEPTH'")
 
 
 # a tiny histogram (L = 8) and its lengths
@@ -187,15 +241,21 @@ def warm_histogram_methods() -> float:
 
 
 # every kernel family, in the order warmup() compiles them (a family returns False when
-# its optional dependency is missing)
+# its optional dependency is missing). Processes sharing the work take them in this order:
+# the costly ones first, and the optimal packer after the histogram packers whose kernels
+# it calls (by then compiled where it runs, or in the cache)
 _FAMILIES = (
     ("histogram packing", _histogram_packing),
-    ("per-sequence packing", _sequence_packing),
-    ("lower bounds and optimal packing", _optimal),
     ("blending", _blending),
-    ("bucketing", _bucketing),
     ("compute-balanced steps", _balancing),
+    ("lower bounds and optimal packing", _optimal),
     ("formats", _formats),
     ("arrow", _arrow),
+    ("bucketing", _bucketing),
+    ("per-sequence packing", _sequence_packing),
     ("pipeline", _pipeline_hashes),
 )
+
+
+if __name__ == "__main__":  # a helper of compile_in_processes
+    sys.exit(helper_main(sys.argv[1:], run_unit))

@@ -47,6 +47,33 @@ def test_every_plan_method_is_accepted_by_compare(method):
     assert row.method == method and row.packs == plan.num_packs
 
 
+# long-tailed lengths at L = 128: optimal_pack runs NNLSHP at depths 2 and 3
+LOGNORMAL = np.bincount(
+    np.clip(np.rint(np.random.default_rng(1).lognormal(np.log(40), 0.8, 3000)), 1, 128).astype(int) - 1, minlength=128
+)
+
+
+@pytest.mark.parametrize("depth", [2, 3, None, 128])
+def test_optimal_takes_the_heuristics_plans_of_the_table(depth, monkeypatch):
+    """compare() gives optimal the SPFHP / LPFHP / NNLSHP plans it already made: the same
+    plan as optimal_pack alone, no heuristic run twice, and its time counts theirs."""
+    from packlib.optimal import _solver
+
+    runs = []
+    for name, run in list(_solver._HEURISTICS.items()):
+        monkeypatch.setitem(_solver._HEURISTICS, name, lambda *a, _n=name, _r=run: runs.append(_n) or _r(*a))
+    alone = packlib.optimal_pack(LOGNORMAL, max_sequences_per_pack=depth)
+    ran_alone, runs[:] = list(runs), []
+    assert ("nnls" in ran_alone) == (depth in (2, 3))
+    table = packlib.compare(LOGNORMAL, max_sequences_per_pack=depth, warmup=False)
+    rows = {r.method: r for r in table}
+    # none run again inside optimal; at a limit of L (no limit, but other arguments) it runs its own
+    assert sorted(runs) == (sorted(ran_alone) if depth == 128 else [])
+    taken = [] if depth == 128 else ran_alone
+    assert (rows["optimal"].packs, rows["optimal"].lower_bound) == (alone.num_packs, alone.lower_bound)
+    assert rows["optimal"].seconds >= sum(rows[name].seconds for name in taken)
+
+
 def test_compare_takes_one_depth_or_several():
     one = packlib.compare(SMALL, max_sequences_per_pack=3, methods="spfhp")
     assert [r.depth for r in one] == [3]

@@ -208,11 +208,12 @@ def optimal_pack(
 
 
 def _optimal(h: np.ndarray, L: int, depth: int | None, *, time_limit: float | None = None,
-             started: float | None = None) -> PackingPlan:
+             started: float | None = None, known: dict | None = None) -> PackingPlan:
     """:func:`optimal_pack` of arguments already checked (``_histogram_args``, a time limit
-    in seconds or ``None``)."""
+    in seconds or ``None``). ``known``: heuristic plans already made on the same arguments,
+    ``{name: (plan, seconds)}``; those the solver takes are removed from it."""
     t0 = time.perf_counter() if started is None else started
-    solver = _Solver(h, L, depth, None if time_limit is None else t0 + time_limit)
+    solver = _Solver(h, L, depth, None if time_limit is None else t0 + time_limit, known=known)
     user_depth, depth = depth, solver.depth
     long = solver.long
     solver.run_heuristics(_greedy_names(h, L))

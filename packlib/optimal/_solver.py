@@ -172,7 +172,7 @@ class _Plan:
 class _Solver:
     """State shared by :func:`lower_bound` and :func:`optimal_pack` for one input."""
 
-    def __init__(self, h, L, depth, deadline, nnls=True):
+    def __init__(self, h, L, depth, deadline, nnls=True, known=None):
         # a pack never holds more than L sequences: a larger limit is no limit
         self.user_depth = depth
         depth = None if depth is not None and depth >= L else depth
@@ -192,6 +192,10 @@ class _Solver:
         self.seeds = None  # extra starting patterns (rows of lengths), e.g. a coarser grid's
         self.fill_modes = None  # the exact-fill variants of the "fill" heuristic (None: _fill_plan's choice)
         self.repair = True  # ... and whether it repairs the unlimited fill by exchanges
+        # heuristic plans already made on this input (name -> (plan, seconds)), taken instead of
+        # running that heuristic again; what is taken is removed, and its seconds added here
+        self.known = {} if known is None else known
+        self.reused_seconds = 0.0
 
     def time_left(self) -> bool:
         if self.deadline is None or time.perf_counter() < self.deadline:
@@ -210,7 +214,14 @@ class _Solver:
             elif name != "nnls" or (self.nnls and self.time_left() and nnls_fits(self.L)
                                     and self.L <= _tuning.LONG_CONTEXT):
                 # the greedy packers take milliseconds; NNLSHP only runs while time is left
-                self.heuristics[name] = _HEURISTICS[name](self.h, self.L, self.depth)
+                self.heuristics[name] = self._heuristic(name)
+
+    def _heuristic(self, name: str) -> PackingPlan:
+        if name in self.known:
+            plan, seconds = self.known.pop(name)
+            self.reused_seconds += seconds
+            return plan
+        return _HEURISTICS[name](self.h, self.L, self.depth)
 
     def bound(self, first_rounds: int = 6, lp: bool = True) -> LowerBound:
         """Column generation, then the certificate. Starts from the single-length patterns
