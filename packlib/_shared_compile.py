@@ -22,35 +22,38 @@ import time
 __all__ = ["compile_claimed", "compile_in_processes"]
 
 
+def _marker(directory: str, kind: str, unit: str) -> str:
+    return os.path.join(directory, kind + "-" + unit.replace(":", "-").replace(" ", "-"))
+
+
 def _claim(directory: str, unit: str) -> bool:
-    path = os.path.join(directory, "claim-" + unit.replace(":", "-").replace(" ", "-"))
     try:
-        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        os.close(os.open(_marker(directory, "claim", unit), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
     except FileExistsError:
         return False
     return True
 
 
-def compile_claimed(directory: str, units, run, participant: str, participants: int, *,
-                    timeout: float = 900.0) -> list:
-    """``run`` every unit of ``units`` that no other participant claimed first, then wait (at
-    most ``timeout`` seconds) until ``participants`` participants are done.
+def compile_claimed(directory: str, units, run, *, others_alive=None, timeout: float = 900.0) -> list:
+    """``run`` every unit of ``units`` that no other participant claimed first, in their order
+    (list the costly ones first); returns the units run here.
 
-    ``units`` are tried in their order, so list the costly ones first. Returns the units this
-    participant ran. Every participant passes the same ``directory`` and ``participants``.
+    With ``others_alive`` (a function: does any other participant still run?), then waits
+    until the units claimed elsewhere are done, as long as someone is there to do them and
+    for at most ``timeout`` seconds. Every participant passes the same ``directory``.
     """
     mine = []
-    try:
-        for unit in units:
-            if _claim(directory, unit):
+    for unit in units:
+        if _claim(directory, unit):
+            try:
                 run(unit)
-                mine.append(unit)
-    finally:
-        with open(os.path.join(directory, "done-" + participant), "w"):
-            pass
+            finally:  # done, or failed: either way nobody waits for it any longer
+                with open(_marker(directory, "done", unit), "w"):
+                    pass
+            mine.append(unit)
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if sum(name.startswith("done-") for name in os.listdir(directory)) >= participants:
+    while others_alive is not None and others_alive() and time.monotonic() < deadline:
+        if all(os.path.exists(_marker(directory, "done", unit)) for unit in units):
             break
         time.sleep(0.05)
     return mine
@@ -58,8 +61,9 @@ def compile_claimed(directory: str, units, run, participant: str, participants: 
 
 def compile_in_processes(units, run, processes: int, entry_module: str) -> None:
     """Run ``units`` in this process and ``processes - 1`` helper interpreters together
-    (``python -m entry_module DIRECTORY PARTICIPANTS PARTICIPANT UNIT...``, which calls
-    :func:`helper_main`). When it returns, the units the helpers ran load from numba's cache."""
+    (``python -m entry_module DIRECTORY UNIT...``, which calls :func:`helper_main`). When it
+    returns, the units the helpers ran load from numba's cache. A helper that has not
+    claimed a unit by then (the cache was warm: this process was quicker) is stopped."""
     units = list(units)
     helpers = min(processes, len(units)) - 1
     if helpers <= 0:
@@ -68,20 +72,21 @@ def compile_in_processes(units, run, processes: int, entry_module: str) -> None:
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
     with tempfile.TemporaryDirectory(prefix="packlib-compile-") as directory:
-        procs = [
-            subprocess.Popen([sys.executable, "-m", entry_module, directory, str(helpers + 1), f"helper{i}", *units],
-                             env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            for i in range(helpers)
-        ]
         try:
-            compile_claimed(directory, units, run, "caller", helpers + 1)
+            procs = [subprocess.Popen([sys.executable, "-m", entry_module, directory, *units], env=env,
+                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                     for _ in range(helpers)]
+        except OSError:  # no helper can start here: compile alone
+            return
+        try:
+            compile_claimed(directory, units, run, others_alive=lambda: any(p.poll() is None for p in procs))
         finally:
-            for proc in procs:
+            for proc in procs:  # every unit is claimed and done: a helper left has nothing to do
+                proc.kill()
                 proc.wait()
 
 
 def helper_main(argv: list[str], run) -> int:
     """A helper interpreter's part: ``argv`` as :func:`compile_in_processes` passes it."""
-    directory, participants, participant, units = argv[0], int(argv[1]), argv[2], argv[3:]
-    compile_claimed(directory, units, run, participant, participants)
+    compile_claimed(argv[0], argv[1:], run)
     return 0

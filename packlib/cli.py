@@ -81,7 +81,8 @@ def _demo(args) -> int:
     # numba's cache only the kernels these methods use, two processes sharing a cold compile;
     # the table then times steady state
     t0 = time.perf_counter()
-    warm_in_processes(_demo_units(names, depths), min(2, os.cpu_count() or 1))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    warm_in_processes(_demo_units(names, depths), min(2, cores))
     for d in depths:
         for name in names:
             warm_method(name, d)

@@ -3,6 +3,7 @@ every unit runs once across the participants, each waits for the others, and wha
 compiled loads from numba's cache in the caller."""
 import json
 import threading
+import time
 
 import pytest
 
@@ -11,33 +12,49 @@ from packlib._shared_compile import compile_claimed
 from tests.fuzz import run_isolated
 
 
-def test_every_unit_runs_once_and_everyone_waits_for_the_others(tmp_path):
+def test_every_unit_runs_once_and_the_caller_waits_for_the_others(tmp_path):
     units = [f"u{i}" for i in range(12)]
     ran, finished = [], {}
     slow = threading.Event()
+    helper_alive = threading.Event()
+    helper_alive.set()
 
     def run(unit):
         ran.append(unit)
         if unit == "u0":
-            slow.wait(5)  # the first participant is still busy while the other takes the rest
+            slow.wait(5)  # the helper is still busy with its first unit while the caller takes the rest
 
-    def participant(name):
-        finished[name] = (compile_claimed(str(tmp_path), units, run, name, 2), len(ran))
+    def helper():
+        finished["helper"] = compile_claimed(str(tmp_path), units, run)
+        helper_alive.clear()
 
-    first = threading.Thread(target=participant, args=("a",))
+    def caller():
+        finished["caller"] = (compile_claimed(str(tmp_path), units, run, others_alive=helper_alive.is_set), len(ran))
+
+    first = threading.Thread(target=helper)
     first.start()
     while not ran:
         pass
-    second = threading.Thread(target=participant, args=("b",))
+    second = threading.Thread(target=caller)
     second.start()
     second.join(0.5)
-    assert second.is_alive()  # done with its units, it waits for the first participant
+    assert second.is_alive()  # done with its units, it waits for the helper's
     slow.set()
     first.join(10)
     second.join(10)
     assert sorted(ran) == sorted(units)  # each unit once
-    assert finished["a"][0] == ["u0"] and finished["b"][0] == units[1:]
-    assert finished["b"][1] == len(units)  # it returned only after every unit had run
+    assert finished["helper"] == ["u0"] and finished["caller"][0] == units[1:]
+    assert finished["caller"][1] == len(units)  # it returned only after every unit had run
+
+
+def test_the_caller_stops_waiting_for_a_helper_that_died(tmp_path):
+    """A helper that claimed a unit and died (never marking it done): the caller returns once
+    it sees no helper alive, and the unit is left to run where it is used."""
+    compile_claimed(str(tmp_path), ["u0"], lambda unit: None)  # claim and finish u0
+    (tmp_path / "claim-u1").touch()  # claimed by a helper that then died
+    t0 = time.monotonic()
+    assert compile_claimed(str(tmp_path), ["u0", "u1", "u2"], lambda unit: None, others_alive=lambda: False, timeout=30) == ["u2"]
+    assert time.monotonic() - t0 < 5
 
 
 def test_a_helpers_kernels_load_from_the_cache_in_the_caller(tmp_path):
