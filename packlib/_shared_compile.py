@@ -19,7 +19,12 @@ import sys
 import tempfile
 import time
 
-__all__ = ["compile_claimed", "compile_in_processes"]
+__all__ = ["compile_claimed", "compile_in_processes", "usable_cores"]
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the OS tells it)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def _marker(directory: str, kind: str, unit: str) -> str:

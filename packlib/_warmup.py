@@ -87,11 +87,12 @@ def run_unit(unit: str) -> None:
     - ``"family:NAME"``: one kernel family of :func:`warmup`;
     - ``"method:NAME:DEPTH"``: one histogram method of :mod:`packlib.methods` at ``DEPTH``
       (an integer or ``none``), as :func:`packlib.compare` warms it up;
-    - ``"optimal-kernels:optimal:DEPTH"``: the same for ``optimal``, but with a plan of one
-      sequence a pack standing in for the SPFHP, LPFHP and NNLSHP plans it also makes, so
-      that another process can compile their kernels at the same time.
+    - ``"optimal-kernels:optimal:DEPTH"``: the same for ``optimal`` (its LP warm-ups
+      included), but with a plan of one sequence a pack standing in for the SPFHP, LPFHP and
+      NNLSHP plans it also makes, so that another process can compile their kernels at the
+      same time.
     """
-    from .comparison import WARMUP_HISTOGRAM, warm_method
+    from .comparison import LP_WARMUPS, WARMUP_HISTOGRAM, warm_method
 
     kind, _, rest = unit.partition(":")
     name, _, depth_text = rest.partition(":")
@@ -104,10 +105,11 @@ def run_unit(unit: str) -> None:
         from ._plan import PackingPlan
         from .optimal import _optimal
 
-        tiny = np.asarray(WARMUP_HISTOGRAM, dtype=np.int64)
-        present = np.flatnonzero(tiny)
-        one_a_pack = PackingPlan((present + 1)[:, None], tiny[present], tiny.size, depth)
-        _optimal(tiny, tiny.size, depth, known={name: (one_a_pack, 0.0) for name in ("spfhp", "lpfhp", "nnls")})
+        for counts, d in ((WARMUP_HISTOGRAM, depth), *LP_WARMUPS):
+            h = np.asarray(counts, dtype=np.int64)
+            present = np.flatnonzero(h)
+            one_a_pack = PackingPlan((present + 1)[:, None], h[present], h.size, d)
+            _optimal(h, h.size, d, known={name: (one_a_pack, 0.0) for name in ("spfhp", "lpfhp", "nnls")})
     else:
         raise ValueError(f"unknown compile unit {unit!r}: expected 'family:NAME', 'method:NAME:DEPTH' "
                          "or 'optimal-kernels:optimal:DEPTH'")

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 
@@ -67,6 +66,7 @@ def _demo_units(names, depths) -> list[str]:
 
 
 def _demo(args) -> int:
+    from ._shared_compile import usable_cores
     from ._warmup import warm_in_processes
     from .comparison import _as_methods, compare, warm_method
 
@@ -81,8 +81,7 @@ def _demo(args) -> int:
     # numba's cache only the kernels these methods use, two processes sharing a cold compile;
     # the table then times steady state
     t0 = time.perf_counter()
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    warm_in_processes(_demo_units(names, depths), min(2, cores))
+    warm_in_processes(_demo_units(names, depths), min(2, usable_cores()))
     for d in depths:
         for name in names:
             warm_method(name, d)

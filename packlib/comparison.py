@@ -14,6 +14,7 @@ import numpy as np
 
 from . import methods as _registry
 from ._deprecation import DEPRECATED_IN_0_2, deprecated_call
+from ._shared_compile import usable_cores
 from ._validate import as_bool, as_depth
 
 __all__ = ["compare", "ComparisonTable", "ComparisonRow"]
@@ -168,7 +169,10 @@ def compare(
         its limit, the gap to the LP lower bound (when :func:`packlib.lower_bound` is
         available) and wall time. ``"optimal"`` takes the SPFHP, LPFHP and NNLSHP plans of
         the rows before it instead of making them again (the same plan as alone); its time
-        counts theirs, so it is the time it takes alone.
+        counts theirs, so it is the time it takes alone. Several depths run at once, one
+        thread each, where the machine has the cores (the kernels release the GIL); a row's
+        time is the CPU time of its method in its thread, which is its wall time alone
+        (every histogram packer is single-threaded).
 
     See Also
     --------
@@ -193,35 +197,67 @@ def compare(
             for d in depths:
                 warm_method(name, d)
     table = ComparisonTable()
-    for d in depths:
-        plans, seconds = {}, {}
-        for name, method in packers.items():
-            t0 = time.perf_counter()
-            if name == "optimal":
-                plans[name], reused = _optimal_reusing(h, L, d, plans, seconds)
-            else:
-                plans[name], reused = method._run(h, L, d), 0.0
-            seconds[name] = time.perf_counter() - t0 + reused
-        # a plan that carries a proven bound (optimal_pack) saves computing it again
-        bound = next((p.lower_bound for p in plans.values() if p.lower_bound is not None), None)
-        if bound is None:
-            bound = _lower_bound_or_none(h, L, d)
-        for name, plan in plans.items():
-            table.append(ComparisonRow(method=name, depth=d, packs=plan.num_packs, efficiency=plan.efficiency,
-                                       speedup=plan.speedup, speedup_limit=plan.speedup_limit, lower_bound=bound,
-                                       gap=None if bound is None else plan.num_packs - bound, seconds=seconds[name]))
+    for rows in _each_depth(h, L, depths, packers):
+        table.extend(rows)
     return table
 
 
-# small, but the heuristics miss the bound on it: optimal_pack's LP, its rounding and the
-# exact fill's exchanges run too (a smaller one compiled none of them)
+def _each_depth(h, L, depths, packers) -> list:
+    """The rows of each depth, in order. Depths share nothing, and the kernels release the
+    GIL, so on a machine with idle cores the depths run at once, one thread each."""
+    threads = min(len(depths), usable_cores())
+    if threads <= 1:
+        return [_depth_rows(h, L, d, packers) for d in depths]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(threads) as pool:
+        return list(pool.map(lambda d: _depth_rows(h, L, d, packers), depths))
+
+
+def _depth_rows(h, L, d, packers) -> list:
+    plans, seconds = {}, {}
+    for name, method in packers.items():
+        # the time this thread spends: the method's own, whatever runs beside it (the
+        # packers are single-threaded, so alone it is their wall time)
+        t0 = time.thread_time()
+        if name == "optimal":
+            plans[name], reused = _optimal_reusing(h, L, d, plans, seconds)
+        else:
+            plans[name], reused = method._run(h, L, d), 0.0
+        seconds[name] = time.thread_time() - t0 + reused
+    # a plan that carries a proven bound (optimal_pack) saves computing it again
+    bound = next((p.lower_bound for p in plans.values() if p.lower_bound is not None), None)
+    if bound is None:
+        bound = _lower_bound_or_none(h, L, d)
+    return [ComparisonRow(method=name, depth=d, packs=plan.num_packs, efficiency=plan.efficiency,
+                          speedup=plan.speedup, speedup_limit=plan.speedup_limit, lower_bound=bound,
+                          gap=None if bound is None else plan.num_packs - bound, seconds=seconds[name])
+            for name, plan in plans.items()]
+
+
+# small, but the heuristics miss the bound on it at depth 2 (optimal_pack's LP, its rounding
+# and the exact fill's exchanges run) and the exact fill's exchanges run at depth 3
 WARMUP_HISTOGRAM = (5, 5, 2, 2, 2, 5, 0, 5, 0, 1, 3, 0, 3, 0, 3, 1, 3, 3)
+# where the heuristics miss the bound at depth 3 and unlimited, so that optimal_pack solves
+# its LP and rounds it there too (the kernels are the same at every depth; which of them run
+# is not)
+LP_WARMUPS = (
+    ((0, 0, 1, 6, 7, 0, 0, 0, 2, 0, 0, 7, 0, 7, 6, 0, 5, 0, 1, 1, 3, 0, 3, 0, 0, 0, 0, 1, 4, 0, 6, 0, 0, 4, 0, 2,
+      3, 0, 2, 1, 0, 0, 0, 3, 2, 0, 2, 5, 0, 7, 0, 0, 0, 0, 6, 0, 6, 5, 6, 5, 4, 2, 0), 3),
+    ((3, 1, 0, 0, 0, 0, 0, 1, 0, 0, 6, 0, 0, 0, 2, 5, 0, 2, 1, 0, 2, 0, 0, 0, 6, 0, 0, 1, 7, 0, 0, 0, 7, 1, 0, 0,
+      2, 0, 0, 0, 0, 0, 0, 3, 0, 0, 1, 4, 0, 0, 0, 0, 0, 5, 4, 7, 2, 6, 3, 0, 0, 0, 0), None),
+)
 
 
 def warm_method(name: str, depth: int | None) -> None:
     """Compile (or load) the kernels histogram method ``name`` runs at ``depth``."""
+    method = _registry.get(name, kind="histogram")
     tiny = np.asarray(WARMUP_HISTOGRAM, dtype=np.int64)
-    _registry.get(name, kind="histogram")._run(tiny, tiny.size, depth)
+    method._run(tiny, tiny.size, depth)
+    if name == "optimal":
+        for counts, lp_depth in LP_WARMUPS:
+            h = np.asarray(counts, dtype=np.int64)
+            method._run(h, h.size, lp_depth)
 
 
 def _optimal_reusing(h, L, depth, plans, seconds):

@@ -74,6 +74,32 @@ def test_optimal_takes_the_heuristics_plans_of_the_table(depth, monkeypatch):
     assert rows["optimal"].seconds >= sum(rows[name].seconds for name in taken)
 
 
+def test_depths_in_threads_give_the_serial_table(monkeypatch):
+    from packlib import comparison
+
+    def table(cores):
+        monkeypatch.setattr(comparison, "usable_cores", lambda: cores)
+        rows = packlib.compare(LOGNORMAL, max_sequences_per_pack=(2, 3, None), warmup=False)
+        return [(r.method, r.depth, r.packs, r.lower_bound, r.gap) for r in rows]
+
+    serial = table(1)
+    assert [d for _, d, *_ in serial] == [2] * 4 + [3] * 4 + [None] * 4
+    assert table(3) == serial and table(2) == serial
+
+
+def test_the_warm_up_reaches_the_optimal_packers_lp_at_every_depth_kind():
+    """compare()'s warm-up times no compilation only if it runs what real inputs run: on its
+    small inputs the heuristics miss the bound, at a depth limit and unlimited, so the LP is
+    solved and rounded (else those kernels would compile inside the first row's time)."""
+    from packlib.comparison import LP_WARMUPS
+
+    assert sorted(d is None for _, d in LP_WARMUPS) == [False, True]
+    for counts, depth in LP_WARMUPS:
+        plan = packlib.optimal_pack(counts, max_sequences_per_pack=depth)
+        assert "LP not needed" not in repr(plan.info["bound"])
+        assert min(plan.info["heuristics"].values()) > plan.lower_bound and plan.info["source"] == "lp-rounding"
+
+
 def test_compare_takes_one_depth_or_several():
     one = packlib.compare(SMALL, max_sequences_per_pack=3, methods="spfhp")
     assert [r.depth for r in one] == [3]
