@@ -102,13 +102,14 @@ def run_unit(unit: str) -> None:
     elif kind == "method":
         warm_method(name, depth)
     elif kind == "optimal-kernels":
-        from ._plan import PackingPlan
         from .optimal import _optimal
+        from .optimal._solver import _Plan
 
         for counts, d in ((WARMUP_HISTOGRAM, depth), *LP_WARMUPS):
             h = np.asarray(counts, dtype=np.int64)
             present = np.flatnonzero(h)
-            one_a_pack = PackingPlan((present + 1)[:, None], h[present], h.size, d)
+            # a plain plan (no PackingPlan, whose canonical form the other process compiles)
+            one_a_pack = _Plan(present + 1, np.arange(present.size + 1), h[present])
             _optimal(h, h.size, d, known={name: (one_a_pack, 0.0) for name in ("spfhp", "lpfhp", "nnls")})
     else:
         raise ValueError(f"unknown compile unit {unit!r}: expected 'family:NAME', 'method:NAME:DEPTH' "
