@@ -167,7 +167,7 @@ def compare(
     ComparisonTable
         One :class:`ComparisonRow` per (depth, method), with packs, efficiency, speed-up and
         its limit, the gap to the LP lower bound (when :func:`packlib.lower_bound` is
-        available) and wall time. ``"optimal"`` takes the SPFHP, LPFHP and NNLSHP plans of
+        available) and time. ``"optimal"`` takes the SPFHP, LPFHP and NNLSHP plans of
         the rows before it instead of making them again (the same plan as alone); its time
         counts theirs, so it is the time it takes alone. Several depths run at once, one
         thread each, where the machine has the cores (the kernels release the GIL); a row's

@@ -193,9 +193,8 @@ class _Solver:
         self.fill_modes = None  # the exact-fill variants of the "fill" heuristic (None: _fill_plan's choice)
         self.repair = True  # ... and whether it repairs the unlimited fill by exchanges
         # heuristic plans already made on this input (name -> (plan, seconds)), taken instead of
-        # running that heuristic again; what is taken is removed, and its seconds added here
+        # running that heuristic again; what is taken is removed (its caller sees what was used)
         self.known = {} if known is None else known
-        self.reused_seconds = 0.0
 
     def time_left(self) -> bool:
         if self.deadline is None or time.perf_counter() < self.deadline:
@@ -218,9 +217,7 @@ class _Solver:
 
     def _heuristic(self, name: str) -> PackingPlan:
         if name in self.known:
-            plan, seconds = self.known.pop(name)
-            self.reused_seconds += seconds
-            return plan
+            return self.known.pop(name)[0]
         return _HEURISTICS[name](self.h, self.L, self.depth)
 
     def bound(self, first_rounds: int = 6, lp: bool = True) -> LowerBound:
