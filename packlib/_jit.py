@@ -9,6 +9,11 @@ imports numba or passes numba options (``tests/test_lint.py`` checks it).
   threaded builds of :func:`packlib.blend` do; numba's ``parallel=True`` is not used: its
   cached code has crashed when the thread count changed, pynndescent #175).
 - ``error_model="numpy"``: no Python exception machinery for float division in hot loops.
+- No C-callable (cfunc) wrapper: no kernel is passed around as a first-class function.
+- A kernel whose name starts with an underscore is called only by other kernels (numba links
+  its code into theirs): it is compiled without a CPython entry point (compile work its
+  callers never use), and a call from Python raises :class:`TypeError` instead of reaching
+  the missing entry point. :func:`python_callable` gives tests a way in.
 - No ``fastmath``: most kernels do integer bookkeeping where reassociation buys nothing, and
   the float kernels (NNLS) must give the same answer on every machine.
 - Compilation is lazy: no signatures are given, nothing compiles at import. The first
@@ -23,8 +28,9 @@ import sys
 import numba
 import numpy as np
 from numba.core import event as _event
+from numba.core.registry import CPUDispatcher
 
-_SERIAL = dict(cache=True, nogil=True, error_model="numpy")
+_SERIAL = dict(cache=True, nogil=True, error_model="numpy", no_cfunc_wrapper=True)
 
 
 class _CompileNotice(_event.Listener):
@@ -54,9 +60,32 @@ def _interactive() -> bool:
 _event.register("numba:compile", _CompileNotice())
 
 
+class _InnerKernel(CPUDispatcher):
+    """A kernel that only other kernels call (it has no CPython entry point)."""
+
+    def __call__(self, *args, **kwargs):
+        raise TypeError(f"{self.py_func.__module__}.{self.py_func.__name__} is called only by other kernels "
+                        "(it has no entry point from Python); call a public kernel, or wrap it with "
+                        "packlib._jit.python_callable in a test")
+
+
 def jit(fn):
-    """Compile ``fn`` as a serial, cached, GIL-free kernel."""
-    return numba.njit(**_SERIAL)(fn)
+    """Compile ``fn`` as a serial, cached, GIL-free kernel; without a CPython entry point when
+    its name is private (``_name``: called only by other kernels)."""
+    inner = fn.__name__.startswith("_")
+    kernel = numba.njit(**_SERIAL, **({"no_cpython_wrapper": True} if inner else {}))(fn)
+    if inner and isinstance(kernel, CPUDispatcher):  # not under NUMBA_DISABLE_JIT
+        kernel.__class__ = _InnerKernel
+    return kernel
+
+
+def python_callable(kernel):
+    """A kernel that calls ``kernel`` with its arguments and returns its result: how a test
+    reaches a private kernel from Python (compiled per use, not cached)."""
+    def call(*args):
+        return kernel(*args)
+
+    return numba.njit(nogil=True, error_model="numpy")(call)
 
 
 # Intrinsics kernels may use, re-exported here so that no other module imports numba.

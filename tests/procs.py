@@ -2,7 +2,11 @@
 stopped run leaves behind (Linux only, as those tests are)."""
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+import tempfile
+import time
 
 
 def live_processes():
@@ -30,3 +34,25 @@ def session_processes(sid: int) -> list[int]:
 def ray_processes() -> list[int]:
     """Live Ray processes (its workers, raylet and GCS server)."""
     return [pid for pid, cmd, _ in live_processes() if b"ray::" in cmd or b"raylet" in cmd or b"gcs_server" in cmd]
+
+
+@contextlib.contextmanager
+def ray_to_itself(wait_s: float = 30.0):
+    """Hold this machine's one turn at running a local Ray: test processes (pytest-xdist
+    workers, other test runs) take turns through a lock file, so no test sees another's Ray
+    processes, whatever the schedule. Inside, no Ray process is left from before (waited for
+    up to ``wait_s``); a Ray that these tests did not start still running skips the test."""
+    import pytest
+
+    path = os.path.join(tempfile.gettempdir(), f"packlib-tests-ray-{os.getuid()}.lock")
+    with open(path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            deadline = time.monotonic() + wait_s
+            while ray_processes() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if ray_processes():
+                pytest.skip("a Ray instance already runs on this machine")
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

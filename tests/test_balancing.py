@@ -9,6 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import packlib
+from packlib._jit import python_callable
+from packlib._kernels import spread
 from packlib.balancing import round_robin
 
 from . import balance_workloads as workloads
@@ -147,13 +149,19 @@ def test_spread_packing_is_a_packing_and_needs_no_more_rows_than_asked(lengths, 
     assert reserve == -1.0 or 0.0 < reserve <= 1.0
 
 
+# the spread's private kernels, reached from Python through a small kernel that calls each
+# (made once: every example calls the same compiled callers)
+_SPREAD_PARTS = (python_callable(spread._bfd_rounds), python_callable(spread._bitset_levels))
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.integers(1, 300_000), min_size=1, max_size=300), st.integers(1, 300_000), st.sampled_from([1, 2, 7, 10**9]))
 def test_the_spread_packing_s_bucket_bitset_packs_like_best_fit_decreasing(lengths, L, depth):
     """With no reserve and no short round, the spread's packing (buckets of rows in a
     hierarchical bitset, up to four levels here) is plain best-fit decreasing, row for row."""
-    from packlib._kernels.spread import _bfd_rounds, _bitset_levels
     from packlib._kernels.binpack import bfd, decreasing_order
+
+    _bfd_rounds, _bitset_levels = _SPREAD_PARTS
 
     lens = np.minimum(np.array(lengths, np.int64), L)
     n, depth = lens.size, min(depth, L)

@@ -90,6 +90,6 @@ def test_every_public_module_shows_its_use_in_a_doctest():
 def test_pytest_collects_the_package_doctests():
     pyproject = (ROOT / "pyproject.toml").read_text()
     assert 'testpaths = ["tests", "packlib"]' in pyproject
-    assert 'addopts = "-ra --doctest-modules -n 2"' in pyproject
+    assert 'addopts = "-ra --doctest-modules -n 2 --dist worksteal"' in pyproject
     assert 'empty_parameter_set_mark = "fail_at_collect"' in pyproject
     assert "--durations=15" in (ROOT / ".ci" / "run").read_text()

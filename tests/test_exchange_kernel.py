@@ -7,10 +7,16 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from packlib._jit import python_callable
 from packlib._kernels import exchange as X
 from packlib._kernels.optimal import exact_fill
 
 from .test_optimal import small_histograms
+
+
+# the kernel's private parts, reached from Python through a small kernel that calls them
+_tree_set, _tree_first, _exact_subset, _pack_arena, _repair_pass = (
+    python_callable(k) for k in (X._tree_set, X._tree_first, X._exact_subset, X._pack_arena, X._repair_pass))
 
 
 def _csr(rows):
@@ -35,12 +41,12 @@ def test_tree_first_is_the_leftmost_leaf_at_least_t(values, data):
         P *= 2
     tree = np.zeros(2 * P, np.int64)
     for i, v in enumerate(values):
-        X._tree_set(tree, P, i, v)
+        _tree_set(tree, P, i, v)
     lo = data.draw(st.integers(0, len(values) - 1))
     hi = data.draw(st.integers(-1, len(values) - 1))
     t = data.draw(st.integers(1, 10))
     want = next((i for i in range(lo, hi + 1) if values[i] >= t), -1)
-    assert X._tree_first(tree, P, lo, hi, t) == want
+    assert _tree_first(tree, P, lo, hi, t) == want
 
 
 @given(st.lists(st.integers(1, 30), min_size=2, max_size=25), st.data())
@@ -51,7 +57,7 @@ def test_exact_subset_takes_j_items_adding_up_to_m(row, data):
     m = data.draw(st.integers(0, int(row.sum()) + 1))
     prefix = np.concatenate([[0], np.cumsum(row)]).astype(np.int64)
     taken = np.zeros(n, np.bool_)
-    found = X._exact_subset(row, n, j, m, prefix, taken)
+    found = _exact_subset(row, n, j, m, prefix, taken)
     if found:
         assert taken.sum() == j and row[taken].sum() == m
     windows = {int(row[s : s + j].sum()) for s in range(n - j + 1)}
@@ -81,8 +87,8 @@ def test_a_deep_pack_of_one_length_exchanges_for_a_pair():
     """Six 2s at depth 4: no single sequence of 4 or 6 tokens is held anywhere, so only the
     pair (5, 3) of the roomy pack takes four of them."""
     items, offsets, counts = _csr([([2] * 6, 1), ([5, 3], 1)])
-    arena, start, size, cnt = X._pack_arena(items, offsets, counts)
-    assert X._repair_pass(arena, start, size, cnt, 2, offsets[-1], 12, 4)[-1] == 0  # no single partner
+    arena, start, size, cnt = _pack_arena(items, offsets, counts)
+    assert _repair_pass(arena, start, size, cnt, 2, offsets[-1], 12, 4)[-1] == 0  # no single partner
     out = X.depth_repair(items, offsets, counts, 12, 4)
     assert out[0].tolist() == [5, 3, 2, 2, 2, 2, 2, 2] and out[1].tolist() == [0, 4, 8]
     assert out[2].tolist() == [1, 1] and not out[3].any()

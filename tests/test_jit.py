@@ -41,3 +41,18 @@ def test_notice_only_for_packlib_kernels_and_only_to_a_person(monkeypatch, capsy
     notice.on_start(_event("packlib._kernels.greedy"))
     notice.on_start(_event("packlib._kernels.nnls"))
     assert capsys.readouterr().err.count("packlib: compiling kernels") == 1
+
+
+def test_a_private_kernel_refuses_python_and_is_reached_through_a_caller():
+    """``_name`` kernels are compiled without a CPython entry point: a call from Python is a
+    TypeError naming the kernel (never a jump into a missing entry point), and
+    python_callable reaches the compiled kernel through a small kernel that calls it."""
+    import numpy as np
+    import pytest
+
+    from packlib._kernels import spread
+
+    with pytest.raises(TypeError, match=r"packlib\._kernels\.spread\._bitset_levels is called only by other kernels"):
+        spread._bitset_levels(9)
+    off = _jit.python_callable(spread._bitset_levels)(9)
+    assert isinstance(off, np.ndarray) and off[0] == 0 and off.size >= 2

@@ -175,6 +175,15 @@ def _entry_kernels() -> set[str]:
     return out | CALLED_BY_NAME
 
 
+def test_no_kernel_called_from_python_is_private():
+    """A kernel named ``_name`` has no CPython entry point (packlib._jit): Python code calls
+    only public ones."""
+    entry = _entry_kernels()
+    assert len(entry) >= 20, sorted(entry)
+    private = sorted(k for k in entry if k.split(".")[-1].startswith("_"))
+    assert not private, f"kernels called from Python whose names say only kernels call them: {private}"
+
+
 _COLD_KERNELS = """
 import importlib, json, pkgutil, sys
 from numba.core.registry import CPUDispatcher

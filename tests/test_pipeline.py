@@ -14,6 +14,7 @@ import packlib  # noqa: E402
 from packlib.pipeline import InputError, VerifyError, WorkerDied, pack_files  # noqa: E402
 from packlib.pipeline import _tasks  # noqa: E402
 from tests.naive_pipeline import naive_pack_rows  # noqa: E402
+from tests.procs import ray_to_itself  # noqa: E402
 
 L = 64
 
@@ -285,10 +286,11 @@ def test_summary_and_repr(data, tmp_path, capsys):
 @pytest.fixture(scope="module")
 def ray_runtime():
     ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}})
-    yield ray
-    ray.shutdown()
+    with ray_to_itself():
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+                 runtime_env={"env_vars": {"PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}})
+        yield ray
+        ray.shutdown()
 
 
 def test_ray_engine_same_bytes_as_local(data, tmp_path, ray_runtime):

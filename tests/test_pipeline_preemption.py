@@ -22,7 +22,7 @@ pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
 from packlib.pipeline import InputError, pack_files  # noqa: E402
-from .procs import ray_processes, session_processes  # noqa: E402
+from .procs import ray_processes, ray_to_itself, session_processes  # noqa: E402
 
 LINUX = sys.platform.startswith("linux")
 linux_only = pytest.mark.skipif(not LINUX, reason="reads the session's processes from /proc")
@@ -140,10 +140,11 @@ def test_ray_engine_tasks_end_with_the_run(shards, tmp_path, ray_runtime_absent,
 
 @pytest.fixture
 def ray_runtime_absent():
-    """The Ray tests start a local Ray of their own: skip without Ray, or when one already runs here."""
+    """The Ray tests start a local Ray of their own: skip without Ray; other tests' Ray
+    instances wait their turn (a foreign one still running skips)."""
     pytest.importorskip("ray")
-    if ray_processes():
-        pytest.skip("a Ray instance already runs on this machine")
+    with ray_to_itself():
+        yield
 
 
 # ------------------------------------------------------------------------------ in process

@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 import pytest
-from .procs import ray_processes, session_processes
+from .procs import ray_processes, ray_to_itself, session_processes
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -349,8 +349,11 @@ def test_fresh_processes_signalled_at_random_moments(inputs, tmp_path):
 def test_the_ray_engine_at_a_few_boundaries(inputs, tmp_path):
     """The Ray engine (one local Ray for the four cases), then Ray itself ends with the harness."""
     pytest.importorskip("ray")
-    if ray_processes():
-        pytest.skip("a Ray instance already runs on this machine")
+    with ray_to_itself():
+        _ray_engine_at_a_few_boundaries(inputs, tmp_path)
+
+
+def _ray_engine_at_a_few_boundaries(inputs, tmp_path):
     cases = []
     for point, signame in (("lengths:end", "SIGINT"), ("spill:start", "SIGTERM"), ("assemble:end", "SIGHUP"),
                            ("verify:start", "SIGTERM")):
