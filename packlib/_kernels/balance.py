@@ -31,7 +31,7 @@ def shuffled_balanced_order(samples, tokens, mean, running, state):
     dev = np.empty(k, np.float64)
     neg = np.empty(k, np.int64)
     pos = np.empty(k, np.int64)
-    n_neg, n_pos = 0, 0
+    n_neg, n_pos = np.int64(0), np.int64(0)  # typed: a literal 0 reaching a callee compiles it once more
     for i in range(k):
         dev[i] = samples[i] - tokens[i] / mean
         if dev[i] < 0.0:
@@ -51,7 +51,7 @@ def shuffled_balanced_order(samples, tokens, mean, running, state):
         else:
             after_neg = abs(running + dev[neg[c_neg]])
             after_pos = abs(running + dev[pos[c_pos]])
-            take_neg = after_neg < after_pos or (after_neg == after_pos and next_below(state, 2) == 0)
+            take_neg = after_neg < after_pos or (after_neg == after_pos and next_below(state, np.int64(2)) == 0)
         if take_neg:
             i = neg[c_neg]
             n_neg -= 1
@@ -133,7 +133,7 @@ def _best_exchange(items, rows, item_row, item_len, item_cost, row_rank, row_tok
 def _refine(items, rows, item_row, item_len, item_cost, row_rank, row_tokens, row_count, rank_cost, W, L, D, rounds):
     """Exchanges between the most and the least loaded rank of one step (see the module docs)."""
     for _ in range(rounds):
-        hi, lo = 0, 0
+        hi, lo = np.int64(0), np.int64(0)  # typed, as above
         for r in range(W):
             if rank_cost[r] > rank_cost[hi]:
                 hi = r
@@ -175,7 +175,7 @@ def _strata(row_cost, steps, W, M, state):
     band, each band cost-descending."""
     n = row_cost.size
     shuffled = np.arange(n)
-    shuffle_range(shuffled, 0, n, state)
+    shuffle_range(shuffled, np.int64(0), n, state)
     by_cost = shuffled[np.argsort(-row_cost[shuffled], kind="mergesort")]
     out = np.empty((steps, W * M), np.int64)
     for g in range(steps * M):
@@ -255,10 +255,10 @@ def _layout(step_rows, row_rank, rank_cost, W, M, state):
     for st in range(steps):
         for r in range(W):
             label[r] = r
-        shuffle_range(label, 0, W, state)
+        shuffle_range(label, np.int64(0), W, state)
         for m in range(M):
             rounds[m] = m
-        shuffle_range(rounds, 0, M, state)
+        shuffle_range(rounds, np.int64(0), M, state)
         for r in range(W):
             cost[label[r]] = rank_cost[st, r]
         rank_cost[st, :] = cost

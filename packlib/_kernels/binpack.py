@@ -46,7 +46,7 @@ def ffd(lengths, L, depth):
     tree = np.full(2 * size, L, np.int32)  # unopened packs are empty packs: free = L
     fill = np.zeros(size, np.int32)  # sequences per pack
     pack_of = np.empty(n, np.int64)
-    n_packs = 0
+    n_packs = np.int64(0)  # typed: a literal 0 would compile csr_from_assignment once more for it
     for k in range(n):
         l = lengths[order[k]]
         node = 1
@@ -108,7 +108,7 @@ def bfd(lengths, L, depth):
     free = np.empty(max(n, 1), np.int64)
     fill = np.empty(max(n, 1), np.int64)
     pack_of = np.empty(n, np.int64)
-    n_packs = 0
+    n_packs = np.int64(0)  # typed: a literal 0 would compile csr_from_assignment once more for it
     for k in range(n):
         l = lengths[order[k]]
         r = _first_present_at_or_above(present, size, l)

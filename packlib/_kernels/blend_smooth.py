@@ -312,7 +312,7 @@ def smooth_fill(w, n, counts, out_d, out_s):
         counts[i] = 0
     if n <= 0:
         return 0
-    B = block_deadlines(k, n, False)
+    B = block_deadlines(k, n, np.bool_(False))  # the type Python's calls have
     inv, occ, pos, cap = smooth_setup(w, n, B)
     job = np.empty((cap, 2), np.int64)  # rows: (deadline-D0) << 32 | dataset, first slot
     srt = np.empty((cap, 2), np.int64)  # the same rows sorted by deadline
@@ -320,7 +320,7 @@ def smooth_fill(w, n, counts, out_d, out_s):
     fx = np.zeros(k, np.int64)  # first allowed slot of each dataset's next job
     done = np.zeros(k, np.int64)  # samples placed per dataset (they are placed in order)
     missed = 0
-    D0 = 1
+    D0 = np.int64(1)  # typed: a literal 1 passed on compiles the block kernels once more
     while D0 <= n:
         Dend = min(D0 + B, n + 1)
         mj, m1 = block_jobs(w, inv, counts, fx, D0, Dend, job, hist, srt)

@@ -43,7 +43,7 @@ def scan_frames(buf, tables):
     cap = 16
     starts = np.empty(cap, dtype=np.int64)
     stops = np.empty(cap, dtype=np.int64)
-    pos = 0
+    pos = np.int64(0)  # typed: a literal 0 would compile the callees once more for it
     k = 0
     err = OK
     while pos < n:
@@ -104,7 +104,7 @@ def frame_records(data, offsets, data_crcs, tables):
     masked data CRCs; returns the framed stream (uint8)."""
     n = offsets.size - 1
     out = np.empty(data.size + 16 * n, dtype=np.uint8)
-    pos = 0
+    pos = np.int64(0)  # typed: a literal 0 would compile the callees once more for it
     for i in range(n):
         length = offsets[i + 1] - offsets[i]
         for b in range(8):
@@ -172,12 +172,6 @@ def _get_varint(buf, pos, stop):
 
 
 @jit
-def _copy(dst, d0, src, s0, n):
-    dst[d0:d0 + n] = src[s0:s0 + n]
-    return d0 + n
-
-
-@jit
 def encode_examples(ints, fbits, keys, key_offsets, kinds, widths, cols):
     """Serialise one ``tf.train.Example`` per row; keys in the given (sorted) order.
 
@@ -200,13 +194,13 @@ def encode_examples(ints, fbits, keys, key_offsets, kinds, widths, cols):
     out = np.empty(cap, dtype=np.uint8)
     offsets = np.empty(nrows + 1, dtype=np.int64)
     offsets[0] = 0
-    pos = 0
+    pos = np.int64(0)  # typed zeros: a literal 0 would compile the callees once more for it
     for r in range(nrows):
-        rp = 0
+        rp = np.int64(0)
         for f in range(nf):
             w = widths[f]
             c = cols[f]
-            s = 0
+            s = np.int64(0)
             if kinds[f] == 0:
                 for j in range(w):
                     u = np.uint64(ints[r, c + j])
@@ -236,7 +230,8 @@ def encode_examples(ints, fbits, keys, key_offsets, kinds, widths, cols):
             rp = _put_varint(row, rp + 1, entry)
             row[rp] = 0x0A
             rp = _put_varint(row, rp + 1, klen)
-            rp = _copy(row, rp, keys, k0, klen)
+            row[rp:rp + klen] = keys[k0:k0 + klen]
+            rp += klen
             row[rp] = 0x12
             rp = _put_varint(row, rp + 1, feat)
             row[rp] = 0x1A if kinds[f] == 0 else 0x12
@@ -244,17 +239,19 @@ def encode_examples(ints, fbits, keys, key_offsets, kinds, widths, cols):
             if w > 0:
                 row[rp] = 0x0A
                 rp = _put_varint(row, rp + 1, s)
-                rp = _copy(row, rp, body, 0, s)
+                row[rp:rp + s] = body[:s]
+                rp += s
         need = pos + rp + 11
         if need > cap:
             while cap < need:
                 cap *= 2
             grown = np.empty(cap, dtype=np.uint8)
-            _copy(grown, 0, out, 0, pos)
+            grown[:pos] = out[:pos]
             out = grown
         out[pos] = 0x0A
         pos = _put_varint(out, pos + 1, rp)
-        pos = _copy(out, pos, row, 0, rp)
+        out[pos:pos + rp] = row[:rp]
+        pos += rp
         offsets[r + 1] = pos
     return out[:pos], offsets
 

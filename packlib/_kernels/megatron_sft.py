@@ -57,14 +57,14 @@ def _put_bytes(out, q, const):
 
 @jit
 def _pickled_size(ids, ids_off, seg_row, seg_start, seg_len, pack_off, fixed):
-    total = 0
+    total = np.int64(0)  # typed zeros: a literal 0 passed on compiles the callee once more
     for s in range(seg_row.size):
         base = ids_off[seg_row[s]] + seg_start[s]
         for j in range(seg_len[s] + 1):
             total += _int_width(np.int64(ids[base + j])) + 1       # the token and its mask byte
     for p in range(pack_off.size - 1):
         total += fixed
-        pos = 0
+        pos = np.int64(0)
         for s in range(pack_off[p], pack_off[p + 1]):
             total += _int_width(pos)
             pos += seg_len[s] + 1
@@ -78,7 +78,7 @@ def pickled_packs(ids, ids_off, mvals, m_off, thresh, use_mask, seg_row, seg_sta
     fixed = head.size + mid1.size + mid2.size + tail.size
     size = _pickled_size(ids, ids_off, seg_row, seg_start, seg_len, pack_off, fixed)
     out = np.empty(size + 8, np.uint8)              # _put_int may write 4 bytes past the end
-    q = 0
+    q = np.int64(0)
     for p in range(pack_off.size - 1):
         a = pack_off[p]
         b = pack_off[p + 1]
@@ -104,7 +104,7 @@ def pickled_packs(ids, ids_off, mvals, m_off, thresh, use_mask, seg_row, seg_sta
                     out[q] = _TRUE if j >= t else _FALSE
                     q += 1
         q = _put_bytes(out, q, mid2)
-        pos = 0
+        pos = np.int64(0)
         for s in range(a, b):
             q = _put_int(out, q, pos)
             pos += seg_len[s] + 1

@@ -194,7 +194,7 @@ def spread_bfd(lengths, L, depth, small, rows, steps, guess=-1.0, check=True):
     n_plain = 0
     check_next = True
     if check:  # plain best-fit decreasing first: if no row holds many more sequences than the mean, it stays
-        n_plain = _bfd_rounds(lengths, order, L, depth, small, 0, True, best, fill, count, head, nxt, bits, off, n)
+        n_plain = _bfd_rounds(lengths, order, L, depth, small, np.int64(0), True, best, fill, count, head, nxt, bits, off, n)
         most = 0
         for p in range(n_plain):
             most = max(most, count[p])
@@ -227,5 +227,5 @@ def spread_bfd(lengths, L, depth, small, rows, steps, guess=-1.0, check=True):
     if n_lo:
         return csr_from_assignment(order, best, n_lo), lo / top, check_next
     if not n_plain:  # no reserve fits: plain best-fit decreasing (the next window searches afresh)
-        n_plain = _bfd_rounds(lengths, order, L, depth, small, 0, True, best, fill, count, head, nxt, bits, off, n)
+        n_plain = _bfd_rounds(lengths, order, L, depth, small, np.int64(0), True, best, fill, count, head, nxt, bits, off, n)
     return csr_from_assignment(order, best, n_plain), -1.0, True

@@ -131,7 +131,9 @@ def _masked_crcs(buf: np.ndarray, starts: np.ndarray, stops: np.ndarray, backend
 
     name, fn = crc_backend(backend)
     if name == "numba":
-        return masked_crcs(buf, starts, stops, TABLES)
+        view = buf.view()
+        view.flags.writeable = False  # one compiled form, whether the caller's buffer is writable or not
+        return masked_crcs(view, starts, stops, TABLES)
     mv = memoryview(buf)
     out = np.fromiter((fn(mv[a:b]) for a, b in zip(starts.tolist(), stops.tolist())), dtype=np.uint64, count=starts.size)
     return ((((out >> 15) | (out << 17)) + _MASK_DELTA) & 0xFFFFFFFF).astype(np.uint32)
