@@ -54,15 +54,15 @@ def _load_histogram(path):
 
 
 def _demo_units(names, depths) -> list[str]:
-    """What the demo compiles, in the order two processes should take it: the optimal
-    packer's own kernels and the histogram packers' (with ``assign``), the two costly parts,
-    then the rest (by then mostly in numba's cache)."""
+    """What the demo compiles, in the order two processes should take it: LPFHP with a plan's
+    canonical form, the optimal packer's own kernels and the histogram packers' (with
+    ``assign``), the costly parts, then the rest (by then mostly in numba's cache)."""
     from ._warmup import method_unit
 
     # LPFHP and a plan's canonical form first, alone: the optimal packer also runs them (on
     # its residuals, late), so that its process then loads them instead of compiling them too
-    units = [method_unit("lpfhp", depths[0])] if "optimal" in names else []
-    units += [method_unit("optimal", depths[0], "optimal-kernels")] if "optimal" in names else []
+    units = [method_unit("lpfhp", depths[0]), method_unit("optimal", depths[0], "optimal-kernels")] \
+        if "optimal" in names else []
     units.append("family:histogram packing")
     units += [method_unit("optimal", d, "optimal-kernels") for d in depths[1:] if "optimal" in names]
     return units + [method_unit(name, d) for d in depths for name in names]

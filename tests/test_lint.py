@@ -18,8 +18,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "packlib"
 SOURCES = sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
 KERNEL_DIR = PACKAGE / "_kernels"
-# the decorators packlib/_jit.py defines (jit, and jit_parallel while it exists)
-# the public functions of _jit.py are decorators, but for the tests' way into private kernels
+# the decorators packlib/_jit.py defines (its public functions but python_callable, the tests'
+# way into private kernels)
 JIT_DECORATORS = tuple(n.name for n in ast.parse((PACKAGE / "_jit.py").read_text()).body
                        if isinstance(n, ast.FunctionDef) and not n.name.startswith("_") and n.name != "python_callable")
 
