@@ -212,6 +212,42 @@ def test_too_long_without_overflow_subprocess(data, tmp_path):
     assert "Traceback" not in p.stderr and _nothing_written(tmp_path)
 
 
+# loaded by every fresh interpreter of a run (the driver and the fork server; the workers are
+# forked from it): it notes the process, and any import of pandas with where it came from
+_PANDAS_HOOK = """
+import os, sys, traceback
+with open(os.environ["PACKLIB_TEST_SEEN"] + ".started", "a") as f:
+    f.write(f"{os.getpid()}\\n")
+class _Seen:
+    def find_spec(self, name, path=None, target=None):
+        if name == "pandas" and "pandas" not in sys.modules:
+            with open(os.environ["PACKLIB_TEST_SEEN"], "a") as f:
+                f.write(f"process {os.getpid()}:\\n{''.join(traceback.format_stack()[-8:-1])}\\n")
+sys.meta_path.insert(0, _Seen())
+"""
+
+
+def test_a_run_imports_no_pandas(tmp_path):
+    """pyarrow's numpy conversions import pandas where it is installed, about a second in
+    each fresh process: no process of a run makes one, in either output format, with one
+    worker (the driver) or two (the fork server and the processes forked from it)."""
+    pytest.importorskip("pandas")  # without it there is nothing to import
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    (tmp_path / "hook").mkdir()
+    (tmp_path / "hook" / "sitecustomize.py").write_text(_PANDAS_HOOK)
+    lengths = np.random.default_rng(3).integers(1, 40, 300)
+    pq.write_table(pa.table({"input_ids": pa.array([np.arange(n) for n in lengths], pa.list_(pa.int32())),
+                             "loss_mask": pa.array([np.arange(n) % 2 == 0 for n in lengths])}), tmp_path / "in.parquet")
+    seen = tmp_path / "seen"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path / "hook"), root]), PACKLIB_TEST_SEEN=str(seen))
+    for out, options in (("w1", ["--workers", "1"]), ("w2", ["--workers", "2"]),
+                         ("sft.npy", ["--format", "megatron-sft", "--method", "bfd"])):
+        subprocess.run([sys.executable, "-m", "packlib", "pack-dataset", str(tmp_path / "in.parquet"), "--output",
+                        str(tmp_path / out), "--seq-length", "64", *options], check=True, capture_output=True, env=env)
+    assert len((tmp_path / "seen.started").read_text().split()) >= 4  # the hook ran in each interpreter
+    assert not seen.exists(), seen.read_text()
+
+
 def test_output_exists_and_bad_arguments(data, tmp_path, capsys):
     d, t, paths = data
     (tmp_path / "out").mkdir()

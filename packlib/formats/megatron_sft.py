@@ -45,6 +45,7 @@ import numpy as np
 from .. import methods as _methods
 from .._validate import as_capacity, as_depth, as_seed
 from .arrow._columns import _chunks, _column_lengths, _datasets, _is_list, _pyarrow
+from .arrow._numpy import as_numpy, validity
 from .arrow._segments import _as_overflow, make_segments
 
 __all__ = ["write_packed"]
@@ -68,7 +69,7 @@ def _as_table(data):
             rows_map = None
             if data._indices is not None:
                 idx = data._indices.column(0)
-                rows_map = np.concatenate([c.to_numpy() for c in idx.chunks] or [np.zeros(0, np.uint64)])
+                rows_map = np.concatenate([as_numpy(c) for c in idx.chunks] or [np.zeros(0, np.uint64)])
                 rows_map = rows_map.astype(np.int64)
             return data.data.table, rows_map
     raise TypeError(f"data must be a pyarrow.Table, RecordBatch or datasets.Dataset, got {type(data).__name__} "
@@ -116,12 +117,12 @@ def _flat(column, name: str, kind: str) -> tuple:
     if not ok:
         want = "integer" if kind == "ids" else "boolean or integer"
         raise TypeError(f"column {name!r} holds {t} values; it must be a list of {want} values")
-    off = arr.offsets.to_numpy().astype(np.int64)
+    off = as_numpy(arr.offsets).astype(np.int64)
     values = arr.values.slice(int(off[0]), int(off[-1] - off[0]))     # a sliced array's own values only
     off -= off[0]
     if kind == "mask":
         return off, _bitmap(values)
-    return off, values.to_numpy(zero_copy_only=False)
+    return off, as_numpy(values)
 
 
 def _bitmap(values) -> np.ndarray:
@@ -133,14 +134,14 @@ def _bitmap(values) -> np.ndarray:
         if values.offset % 8 == 0 and buf is not None:
             start = values.offset // 8
             return np.frombuffer(buf, np.uint8, count=start + (len(values) + 7) // 8)[start:]
-        values = values.to_numpy(zero_copy_only=False)
+        values = as_numpy(values)
     else:
-        values = values.to_numpy(zero_copy_only=False) != 0
+        values = as_numpy(values) != 0
     return np.packbits(values, bitorder="little")
 
 
 def _valid(column) -> np.ndarray:
-    return np.concatenate([c.is_valid().to_numpy(zero_copy_only=False) for c in _chunks(column)] or
+    return np.concatenate([validity(c) for c in _chunks(column)] or
                           [np.zeros(0, bool)])
 
 
@@ -195,7 +196,8 @@ def _answers(table, rows_map, n) -> np.ndarray:
         raise TypeError(f"column {_ANSWER!r} must hold integers (the first answer token of each row), got {t}")
     col = table.column(_ANSWER)
     valid = _valid(col)
-    a = np.concatenate([c.fill_null(0).to_numpy().astype(np.int64) for c in _chunks(col)] or [np.zeros(0, np.int64)])
+    a = np.concatenate([np.where(validity(c), as_numpy(c), 0).astype(np.int64) for c in _chunks(col)] or
+                       [np.zeros(0, np.int64)])
     if rows_map is not None:
         a, valid = a[rows_map], valid[rows_map]
     bad = (n > 0) & ~valid

@@ -45,10 +45,9 @@ def single_chunk(column):
 
 def list_values(col):
     """``(offsets, values)`` numpy arrays of a pyarrow list array (offsets index ``values``)."""
-    import pyarrow.compute as pc
+    from ..formats.arrow._numpy import as_numpy, validity
 
-    offsets = col.offsets.to_numpy()
-    child = col.values
-    if child.null_count:
-        child = pc.fill_null(child, 0)
-    return offsets, child.to_numpy(zero_copy_only=False)
+    values = as_numpy(col.values)
+    if col.values.null_count:
+        values = np.where(validity(col.values), values, 0)
+    return as_numpy(col.offsets), values

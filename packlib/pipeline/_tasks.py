@@ -26,6 +26,7 @@ from ._errors import InputError, PipelineError
 from ._signals import check as stop_check  # a safe point when a task runs in the driver (one worker)
 from ..formats.arrow._gather import _gather
 from ..formats.arrow._labels import LABELS, fold_masks
+from ..formats.arrow._numpy import as_arrow, as_numpy
 from .readers import Shard, iter_batches, read_schema
 
 POS = "__packlib_position"
@@ -286,7 +287,7 @@ def spill_task(job: Job, i: int, num_rows: int, seg_row, seg_start, seg_len, seg
                 g = _gather(table, cols, np.ascontiguousarray(rows[order], dtype=np.int64),
                             np.ascontiguousarray(st[order], dtype=np.int64), np.ascontiguousarray(ln[order], dtype=np.int64),
                             np.arange(rows.size + 1, dtype=np.int64), False)
-                g = g.select(cols).append_column(POS, pa.array(seg_pos[k:k2][order]))
+                g = g.select(cols).append_column(POS, as_arrow(seg_pos[k:k2][order]))
                 cuts = np.flatnonzero(np.diff(fs)) + 1
                 bounds = np.concatenate(([0], cuts, [fs.size]))
                 batches = g.to_batches()
@@ -325,14 +326,15 @@ def assemble_task(job: Job, f: int, sources, pack_offsets, first_pos: int):
     if schema is None:
         raise PipelineError(f"internal error: no spilled data for output file {f}")
     table = pa.Table.from_batches(batches, schema)
-    pos = table.column(POS).to_numpy()
+    pos = np.concatenate([as_numpy(c) for c in table.column(POS).chunks] or [np.zeros(0, np.int64)])
     order = np.argsort(pos, kind="stable")
     if pos.size != n or not np.array_equal(pos[order], np.arange(first_pos, first_pos + n)):
         raise PipelineError(f"internal error: output file {f} received {pos.size} segments, expected {n}; nothing was written")
     table = table.drop_columns([POS])
     import pyarrow.compute as pc
 
-    ln = pc.list_value_length(table.column(cols[0])).to_numpy()[order].astype(np.int64)
+    ln = np.concatenate([as_numpy(c) for c in pc.list_value_length(table.column(cols[0])).chunks]
+                        or [np.zeros(0, np.int32)])[order].astype(np.int64)
     # whole spilled segments, in the order the plan checked: gathered without a second check
     out = _gather(table, cols, order.astype(np.int64), np.zeros(n, dtype=np.int64), ln,
                   np.ascontiguousarray(pack_offsets, dtype=np.int64), job.position_ids)

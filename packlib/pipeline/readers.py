@@ -145,20 +145,21 @@ def _wrap(shard: Shard, exc: BaseException) -> InputError:
 def _bert_table(shard: Shard):
     import pyarrow as pa
 
+    from ..formats.arrow._numpy import as_arrow
     from ..formats.mlperf_bert import read_unpacked
 
     seqs = read_unpacked([shard.path], compression="auto", progress=False)
     n = seqs.num_sequences
-    offs = pa.array(seqs.seq_offsets.astype(np.int32) if seqs.tokens.size < 2**31 else seqs.seq_offsets)
+    offs = as_arrow(seqs.seq_offsets.astype(np.int32) if seqs.tokens.size < 2**31 else seqs.seq_offsets)
     labels = np.full(seqs.tokens.size, -100, dtype=np.int32)
     row = np.repeat(np.arange(n), np.diff(seqs.mlm_offsets))
     labels[seqs.seq_offsets[:-1][row] + seqs.mlm_positions] = seqs.mlm_ids
     cls = pa.ListArray if offs.type == pa.int32() else pa.LargeListArray
     return pa.table({
-        "input_ids": cls.from_arrays(offs, pa.array(seqs.tokens)),
-        "segment_ids": cls.from_arrays(offs, pa.array(seqs.segments)),
-        "labels": cls.from_arrays(offs, pa.array(labels)),
-        "next_sentence_label": pa.array(seqs.next_sentence_labels.astype(np.int8)),
+        "input_ids": cls.from_arrays(offs, as_arrow(seqs.tokens)),
+        "segment_ids": cls.from_arrays(offs, as_arrow(seqs.segments)),
+        "labels": cls.from_arrays(offs, as_arrow(labels)),
+        "next_sentence_label": as_arrow(seqs.next_sentence_labels.astype(np.int8)),
     })
 
 

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._numpy import as_numpy, validity
+
 REPORT_KEY = b"packlib"
 #: The columns the packed output adds.
 SEQ_LENGTHS = "seq_lengths"
@@ -137,11 +139,11 @@ def _column_lengths(column, name: str = "", first_row: int = 0) -> np.ndarray:
     (a null token) is a ``ValueError`` naming the column and row: packed rows cannot hold it."""
     parts, row0 = [], first_row
     for chunk in _chunks(column):
-        off = chunk.offsets.to_numpy()
+        off = as_numpy(chunk.offsets)
         lens = np.diff(off).astype(np.int64, copy=False)
         valid = None
         if chunk.null_count:
-            valid = chunk.is_valid().to_numpy(zero_copy_only=False)
+            valid = validity(chunk)
             lens = lens.copy()
             lens[~valid] = 0
         if chunk.values.null_count:
@@ -155,7 +157,7 @@ def _column_lengths(column, name: str = "", first_row: int = 0) -> np.ndarray:
 
 def _refuse_null_values(chunk, off, valid, name: str, row0: int) -> None:
     """Raise if a valid row of a list chunk holds a null value (values of null rows are ignored)."""
-    nulls = ~chunk.values.is_valid().to_numpy(zero_copy_only=False)
+    nulls = ~validity(chunk.values)
     first = np.flatnonzero(nulls)
     # the row each null value falls in (values outside every row's range are not data)
     rows = np.searchsorted(off, first, side="right") - 1
@@ -177,7 +179,7 @@ def null_rows(table, column: str, rows=None) -> int:
         return int(sum(chunk.null_count for chunk in chunks))
     if not any(chunk.null_count for chunk in chunks):
         return 0
-    valid = np.concatenate([chunk.is_valid().to_numpy(zero_copy_only=False) for chunk in chunks])
+    valid = np.concatenate([validity(chunk) for chunk in chunks])
     return int(np.count_nonzero(~valid[rows]))
 
 

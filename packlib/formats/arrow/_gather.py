@@ -13,6 +13,7 @@ from ._columns import (
     row_lengths,
     select_list_columns,
 )
+from ._numpy import as_arrow, as_numpy
 
 # Largest value a 32-bit list offset holds; outputs with 32-bit offsets are split into
 # several chunks below it (a module constant so tests can make it small).
@@ -76,7 +77,7 @@ def _list_column(list_type, values, off: np.ndarray, cuts: list):
     chunks = []
     for a, b in zip(cuts[:-1], cuts[1:]):
         o = off[a:b + 1] - off[a]
-        chunks.append(cls.from_arrays(pa.array(o.astype(odt)), values.slice(int(off[a]), int(off[b] - off[a])),
+        chunks.append(cls.from_arrays(as_arrow(o.astype(odt)), values.slice(int(off[a]), int(off[b] - off[a])),
                                       type=list_type))
     return pa.chunked_array(chunks, type=list_type)
 
@@ -107,7 +108,7 @@ def _gather_values(column, row, start, length, out_pos, total, by_row, sources: 
                 a, b = int(ptr[c]), int(ptr[c + 1])
                 if a == b:
                     continue
-                offsets = ch.offsets.to_numpy()
+                offsets = as_numpy(ch.offsets)
                 key = (layout, c)                         # same layout: same segments
                 hit = sources.get(key)
                 if hit is not None and np.array_equal(hit[0], offsets):
@@ -123,11 +124,11 @@ def _gather_values(column, row, start, length, out_pos, total, by_row, sources: 
     vals = [ch.values for ch in chunks]
     base = np.concatenate(([0], np.cumsum([len(v) for v in vals]))).astype(np.int64)
     row_value_start = np.concatenate(
-        [ch.offsets.to_numpy()[:-1].astype(np.int64) + base[c] for c, ch in enumerate(chunks)]
+        [as_numpy(ch.offsets)[:-1].astype(np.int64) + base[c] for c, ch in enumerate(chunks)]
         or [np.zeros(0, np.int64)])
     idx = token_index(row_value_start, row, start, length, total)
     flat = vals[0] if len(vals) == 1 else pa.concat_arrays(vals)
-    return pc.take(flat, pa.array(idx))
+    return pc.take(flat, as_arrow(idx))
 
 
 def _gather(table, columns, row, start, length, pack_offsets, position_ids: bool, row_sorted=None):
@@ -165,7 +166,7 @@ def _gather(table, columns, row, start, length, pack_offsets, position_ids: bool
         fields.append(table.schema.field(name).remove_metadata())
     # TRL: list<int32> (list<int64> when the first column is a large_list), 32-bit offsets
     sl_type = pa.list_(pa.int64() if large else pa.int32())
-    sl_values = pa.array(length.astype(np.int64 if large else np.int32))
+    sl_values = as_arrow(length.astype(np.int64 if large else np.int32))
     arrays.append(_list_column(sl_type, sl_values, pack_offsets, cuts))
     fields.append(pa.field(SEQ_LENGTHS, sl_type))
     if position_ids:

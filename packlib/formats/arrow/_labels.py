@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._columns import _pyarrow
+from ._numpy import as_arrow, as_numpy
 
 LABELS = "labels"
 #: The per-token loss masks folded into ``labels`` (0: the token is not trained).
@@ -13,7 +14,7 @@ IGNORE_INDEX = -100
 
 def _flat(array) -> np.ndarray:
     """The values of a list array's rows (its slice only), as numpy."""
-    return array.flatten().to_numpy(zero_copy_only=False)
+    return as_numpy(array.flatten())
 
 
 def _label_type(pa, base_type):
@@ -34,9 +35,9 @@ def _folded_batch(pa, batch, base: str, masks: list[str], list_type):
     values = _flat(column).astype(list_type.value_type.to_pandas_dtype(), copy=True)
     for name in masks:
         values[_flat(batch.column(name)) == 0] = IGNORE_INDEX
-    offsets = column.offsets.to_numpy()
+    offsets = as_numpy(column.offsets)
     array_type = pa.LargeListArray if pa.types.is_large_list(list_type) else pa.ListArray
-    return array_type.from_arrays(pa.array(offsets - offsets[0]), pa.array(values, type=list_type.value_type),
+    return array_type.from_arrays(as_arrow(offsets - offsets[0]), as_arrow(values, list_type.value_type),
                                   type=list_type)
 
 
