@@ -56,8 +56,20 @@ def _auto_log(values, log):
 
 def _bars(ax, counts, **kwargs):
     """Bars of width 1 at 1, 2, ..., as one filled step outline: one artist whatever the
-    number of lengths (``ax.bar`` draws one rectangle per length: minutes at L = 131,072)."""
-    return ax.stairs(counts, np.arange(0.5, len(counts) + 1.0), fill=True, linewidth=0, **kwargs)
+    number of lengths (``ax.bar`` draws one rectangle per length: minutes at L = 131,072).
+    What ``ax.stairs`` draws, with its data limits given: ``stairs`` (``add_patch``) finds
+    them by walking the outline's segments one by one in Python, seconds at long context."""
+    from matplotlib.patches import StepPatch
+
+    edges = np.arange(0.5, len(counts) + 1.0)
+    patch = StepPatch(counts, edges, fill=True, linewidth=0, **kwargs)
+    ax.add_artist(patch)
+    patch.sticky_edges.y.append(0)  # the bars stand on 0, as stairs' baseline does
+    positive = np.asarray(counts, dtype=float)[np.asarray(counts) > 0]
+    ys = [0.0, *((positive.min(), positive.max()) if positive.size else ())]  # the least: a log axis's floor
+    ax.update_datalim([(x, y) for x in (edges[0], edges[-1]) for y in ys])
+    ax.autoscale_view()
+    return patch
 
 
 def histogram(histogram, ax=None, *, label: str = "sequences", log: bool | None = None):

@@ -141,6 +141,29 @@ def test_plots_render_to_png(tmp_path):
         plt.close(ax.figure)
 
 
+@pytest.mark.parametrize("counts, log", [(c, log) for c in ([0, 3, 0, 40, 1, 0], [5, 0, 2000, 7], [9]) for log in (False, True)]
+                         + [([0, 0, 0], False)])
+def test_histogram_bars_draw_what_stairs_draws(counts, log):
+    """The bars are matplotlib's ``stairs``, added with their limits given (``stairs`` walks
+    the outline in Python): the same pixels, on a linear and a log axis."""
+    mpl = pytest.importorskip("matplotlib")
+    mpl.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from packlib import plot
+
+    images = []
+    for draw in (plot._bars, lambda ax, c, **kw: ax.stairs(c, np.arange(0.5, len(c) + 1.0), fill=True, linewidth=0, **kw)):
+        fig, ax = plt.subplots(figsize=(3, 2), dpi=50)
+        draw(ax, np.array(counts), alpha=0.7, label="x")
+        ax.set_yscale("log" if log else "linear")
+        ax.legend()
+        fig.canvas.draw()
+        images.append(np.asarray(fig.canvas.buffer_rgba()).copy())
+        plt.close(fig)
+    assert np.array_equal(*images)
+
+
 def test_plots_read_well_when_saved_plainly():
     """Every plot function returns one Axes; a new figure's labels stay inside it when saved
     without ``bbox_inches="tight"``; a plan's tokens-per-pack series shows at ~100 %

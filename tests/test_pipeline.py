@@ -228,9 +228,9 @@ sys.meta_path.insert(0, _Seen())
 
 
 def test_a_run_imports_no_pandas(tmp_path):
-    """pyarrow's numpy conversions import pandas where it is installed, about a second in
-    each fresh process: no process of a run makes one, in either output format, with one
-    worker (the driver) or two (the fork server and the processes forked from it)."""
+    """pyarrow's numpy conversions import pandas where it is installed (a third of a second
+    of CPU in each fresh process): no process of a run makes one, in either output format
+    (the driver, the fork server and the workers forked from it, which run the tasks)."""
     pytest.importorskip("pandas")  # without it there is nothing to import
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     (tmp_path / "hook").mkdir()
@@ -240,11 +240,10 @@ def test_a_run_imports_no_pandas(tmp_path):
                              "loss_mask": pa.array([np.arange(n) % 2 == 0 for n in lengths])}), tmp_path / "in.parquet")
     seen = tmp_path / "seen"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path / "hook"), root]), PACKLIB_TEST_SEEN=str(seen))
-    for out, options in (("w1", ["--workers", "1"]), ("w2", ["--workers", "2"]),
-                         ("sft.npy", ["--format", "megatron-sft", "--method", "bfd"])):
+    for out, options in (("out", ["--workers", "2"]), ("sft.npy", ["--format", "megatron-sft", "--method", "bfd"])):
         subprocess.run([sys.executable, "-m", "packlib", "pack-dataset", str(tmp_path / "in.parquet"), "--output",
                         str(tmp_path / out), "--seq-length", "64", *options], check=True, capture_output=True, env=env)
-    assert len((tmp_path / "seen.started").read_text().split()) >= 4  # the hook ran in each interpreter
+    assert len((tmp_path / "seen.started").read_text().split()) >= 3  # the hook ran in each interpreter
     assert not seen.exists(), seen.read_text()
 
 
