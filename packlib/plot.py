@@ -58,7 +58,7 @@ def _bars(ax, counts, **kwargs):
     """Bars of width 1 at 1, 2, ..., as one filled step outline: one artist whatever the
     number of lengths (``ax.bar`` draws one rectangle per length: minutes at L = 131,072).
     What ``ax.stairs`` draws, with its data limits given: ``stairs`` (``add_patch``) finds
-    them by walking the outline's segments one by one in Python, seconds at long context."""
+    them by walking the outline's segments one by one in Python, slow at long context."""
     from matplotlib.patches import StepPatch
 
     edges = np.arange(0.5, len(counts) + 1.0)

@@ -228,8 +228,8 @@ sys.meta_path.insert(0, _Seen())
 
 
 def test_a_run_imports_no_pandas(tmp_path):
-    """pyarrow's numpy conversions import pandas where it is installed (a third of a second
-    of CPU in each fresh process): no process of a run makes one, in either output format
+    """pyarrow's numpy conversions import pandas where it is installed, a cost paid at the
+    start of each fresh process: no process of a run makes one, in either output format
     (the driver, the fork server and the workers forked from it, which run the tasks)."""
     pytest.importorskip("pandas")  # without it there is nothing to import
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -1,10 +1,10 @@
 """Fixed-width Arrow arrays to numpy and back, through their buffers.
 
 pyarrow's own conversions (``Array.to_numpy``, ``pa.array`` of a numpy array or a list,
-``fill_null`` with a Python scalar) import pandas when it is installed: about a second in a
-fresh process, paid by a pipeline's driver and by each process that runs its tasks. These
-read and build integer, float and boolean arrays from their buffers instead: the same
-values, without copying where pyarrow would not copy either.
+``fill_null`` with a Python scalar) import pandas when it is installed, a cost that a
+pipeline's driver and each process running its tasks would pay at start. These read and
+build integer, float and boolean arrays from their buffers instead: the same values,
+without copying where pyarrow would not copy either.
 """
 from __future__ import annotations
 
