@@ -199,37 +199,30 @@ def _arrow():
     import pyarrow as pa
 
     from .formats.arrow import gather_packs, pack_table
+    from .formats.arrow._numpy import list_array
 
-    t = pa.table({"input_ids": _lists(pa, [[1, 2, 3, 4, 5], [6, 7], [8, 9, 10], [11]], pa.int64())})
+    t = pa.table({"input_ids": list_array([[1, 2, 3, 4, 5], [6, 7], [8, 9, 10], [11]], pa.int64())})
     pack_table(t, max_sequence_length=4, position_ids=True, overflow="truncate")
     pack_table(t, max_sequence_length=4, overflow="split")
     two_chunks = pa.Table.from_batches(t.to_batches(max_chunksize=2))
     pack_table(two_chunks, max_sequence_length=4, overflow="truncate")
-    pack_table(pa.table({"flags": _lists(pa, [[True, False], [True]], pa.bool_())}), max_sequence_length=4)
+    pack_table(pa.table({"flags": list_array([[True, False], [True]], pa.bool_())}), max_sequence_length=4)
     # segments in any order (the pipeline's spill files): the row-ordering kernel
     gather_packs(t, ["input_ids"], np.array([2, 0]), np.array([0, 0]), np.array([3, 2]), np.array([0, 2]))
     _megatron_sft(pa)
-
-
-def _lists(pa, rows, value_type):
-    """A list array of ``rows`` (pyarrow's own ``pa.array`` of Python lists imports pandas)."""
-    from .formats.arrow._numpy import as_arrow
-
-    offsets = np.cumsum([0] + [len(r) for r in rows], dtype=np.int32)
-    return pa.ListArray.from_arrays(as_arrow(offsets), as_arrow(np.concatenate(rows), value_type))
 
 
 def _megatron_sft(pa):
     import os
     import tempfile
 
-    from .formats.arrow._numpy import as_arrow
+    from .formats.arrow._numpy import as_arrow, list_array
     from .formats.megatron_sft import write_packed
 
     with tempfile.TemporaryDirectory() as d:
         for ids_type in (pa.int32(), pa.int64()):
-            ids = _lists(pa, [[1, 2, 3], [4, 5]], ids_type)
-            for mask in ({"loss_mask": _lists(pa, [[True, False, True], [False, True]], pa.bool_())},
+            ids = list_array([[1, 2, 3], [4, 5]], ids_type)
+            for mask in ({"loss_mask": list_array([[True, False, True], [False, True]], pa.bool_())},
                          {"answer_start_idx": as_arrow(np.array([1, 0]))}):
                 write_packed(pa.table({"input_ids": ids, **mask}), 4, output=os.path.join(d, "w.npy"))
 

@@ -65,7 +65,8 @@ def _bars(ax, counts, **kwargs):
     patch = StepPatch(counts, edges, fill=True, linewidth=0, **kwargs)
     ax.add_artist(patch)
     patch.sticky_edges.y.append(0)  # the bars stand on 0, as stairs' baseline does
-    positive = np.asarray(counts, dtype=float)[np.asarray(counts) > 0]
+    values = np.asarray(counts, dtype=float)
+    positive = values[values > 0]
     ys = [0.0, *((positive.min(), positive.max()) if positive.size else ())]  # the least: a log axis's floor
     ax.update_datalim([(x, y) for x in (edges[0], edges[-1]) for y in ys])
     ax.autoscale_view()

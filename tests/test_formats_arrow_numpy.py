@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 pa = pytest.importorskip("pyarrow")
 
-from packlib.formats.arrow._numpy import as_arrow, as_numpy, validity  # noqa: E402
+from packlib.formats.arrow._numpy import as_arrow, as_numpy, list_array, validity  # noqa: E402
 
 DTYPES = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64, np.float32,
           np.float64, np.bool_]
@@ -55,6 +55,30 @@ def test_as_arrow_round_trips_and_equals_pyarrow_array(array):
     assert built.type == array.type and built.null_count == 0
     assert built.equals(pa.array(values, array.type))
     assert np.array_equal(as_numpy(built), values)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(sliced_arrays(), max_size=3), st.integers(-5, 5))
+def test_chunked_arrays_and_nulls_as(arrays, fill):
+    """A ChunkedArray reads as its chunks one after the other; ``nulls_as`` fills the nulls."""
+    arrays = [a for a in arrays if a.type == (arrays[0].type if arrays else None)]
+    typ = arrays[0].type if arrays else pa.int64()
+    chunked = pa.chunked_array(arrays, type=typ)
+    valid = np.concatenate([a.is_valid().to_numpy(zero_copy_only=False) for a in arrays] or [np.zeros(0, bool)])
+    assert np.array_equal(validity(chunked), valid)
+    filler = bool(fill) if pa.types.is_boolean(typ) else abs(fill)
+    want = np.concatenate([a.fill_null(filler).to_numpy(zero_copy_only=False) for a in arrays]
+                          or [np.zeros(0, as_numpy(pa.chunked_array([], type=typ)).dtype)])
+    got = as_numpy(chunked, nulls_as=filler)
+    assert got.dtype == want.dtype and np.array_equal(got, want)
+
+
+def test_list_array_equals_pyarrows():
+    rows = [[1, 2, 3], [], [4]]
+    for typ, large in ((pa.int32(), False), (pa.int64(), True)):
+        built = list_array(rows, typ, large)
+        assert built.equals(pa.array(rows, (pa.large_list if large else pa.list_)(typ)))
+    assert list_array([[True], [False, True]], pa.bool_()).equals(pa.array([[True], [False, True]]))
 
 
 def test_numbers_are_read_in_place_and_list_offsets_follow_the_slice():

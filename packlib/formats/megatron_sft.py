@@ -69,8 +69,7 @@ def _as_table(data):
             rows_map = None
             if data._indices is not None:
                 idx = data._indices.column(0)
-                rows_map = np.concatenate([as_numpy(c) for c in idx.chunks] or [np.zeros(0, np.uint64)])
-                rows_map = rows_map.astype(np.int64)
+                rows_map = as_numpy(idx).astype(np.int64)
             return data.data.table, rows_map
     raise TypeError(f"data must be a pyarrow.Table, RecordBatch or datasets.Dataset, got {type(data).__name__} "
                     "(a DatasetDict: pass one split, e.g. data['train'], with its own output file)")
@@ -141,8 +140,7 @@ def _bitmap(values) -> np.ndarray:
 
 
 def _valid(column) -> np.ndarray:
-    return np.concatenate([validity(c) for c in _chunks(column)] or
-                          [np.zeros(0, bool)])
+    return validity(column)
 
 
 def _bad_row(rows_map, i: int) -> str:
@@ -196,8 +194,7 @@ def _answers(table, rows_map, n) -> np.ndarray:
         raise TypeError(f"column {_ANSWER!r} must hold integers (the first answer token of each row), got {t}")
     col = table.column(_ANSWER)
     valid = _valid(col)
-    a = np.concatenate([np.where(validity(c), as_numpy(c), 0).astype(np.int64) for c in _chunks(col)] or
-                       [np.zeros(0, np.int64)])
+    a = as_numpy(col, nulls_as=0).astype(np.int64)
     if rows_map is not None:
         a, valid = a[rows_map], valid[rows_map]
     bad = (n > 0) & ~valid

@@ -45,9 +45,6 @@ def single_chunk(column):
 
 def list_values(col):
     """``(offsets, values)`` numpy arrays of a pyarrow list array (offsets index ``values``)."""
-    from ..formats.arrow._numpy import as_numpy, validity
+    from ..formats.arrow._numpy import as_numpy
 
-    values = as_numpy(col.values)
-    if col.values.null_count:
-        values = np.where(validity(col.values), values, 0)
-    return as_numpy(col.offsets), values
+    return as_numpy(col.offsets), as_numpy(col.values, nulls_as=0)

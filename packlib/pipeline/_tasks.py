@@ -326,15 +326,14 @@ def assemble_task(job: Job, f: int, sources, pack_offsets, first_pos: int):
     if schema is None:
         raise PipelineError(f"internal error: no spilled data for output file {f}")
     table = pa.Table.from_batches(batches, schema)
-    pos = np.concatenate([as_numpy(c) for c in table.column(POS).chunks] or [np.zeros(0, np.int64)])
+    pos = as_numpy(table.column(POS))
     order = np.argsort(pos, kind="stable")
     if pos.size != n or not np.array_equal(pos[order], np.arange(first_pos, first_pos + n)):
         raise PipelineError(f"internal error: output file {f} received {pos.size} segments, expected {n}; nothing was written")
     table = table.drop_columns([POS])
     import pyarrow.compute as pc
 
-    ln = np.concatenate([as_numpy(c) for c in pc.list_value_length(table.column(cols[0])).chunks]
-                        or [np.zeros(0, np.int32)])[order].astype(np.int64)
+    ln = as_numpy(pc.list_value_length(table.column(cols[0])))[order].astype(np.int64)
     # whole spilled segments, in the order the plan checked: gathered without a second check
     out = _gather(table, cols, order.astype(np.int64), np.zeros(n, dtype=np.int64), ln,
                   np.ascontiguousarray(pack_offsets, dtype=np.int64), job.position_ids)

@@ -25,11 +25,9 @@ else:
     import pyarrow as _pa
 
     from ..formats import arrow as _arrow
-    from ..formats.arrow._numpy import as_arrow as _as_arrow
+    from ..formats.arrow._numpy import list_array as _list_array
 
     for _large in (False, True):
-        for _dt in (np.int32, np.int64):
-            _rows = (_pa.LargeListArray if _large else _pa.ListArray).from_arrays(
-                _as_arrow(np.array([0, 3], np.int64 if _large else np.int32)), _as_arrow(np.arange(1, 4, dtype=_dt)))
-            _arrow.gather_packs(_pa.table({"a": _rows}), ["a"], [0], [0], [2], [0, 1])
-    del _pa, _arrow, _as_arrow, _large, _dt, _rows
+        for _typ in (_pa.int32(), _pa.int64()):
+            _arrow.gather_packs(_pa.table({"a": _list_array([[1, 2, 3]], _typ, _large)}), ["a"], [0], [0], [2], [0, 1])
+    del _pa, _arrow, _list_array, _large, _typ

@@ -179,7 +179,7 @@ def null_rows(table, column: str, rows=None) -> int:
         return int(sum(chunk.null_count for chunk in chunks))
     if not any(chunk.null_count for chunk in chunks):
         return 0
-    valid = np.concatenate([validity(chunk) for chunk in chunks])
+    valid = validity(table.column(column))
     return int(np.count_nonzero(~valid[rows]))
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["as_numpy", "validity", "as_arrow"]
+__all__ = ["as_numpy", "validity", "as_arrow", "list_array"]
 
 
 def _bits(buffer, offset: int, n: int) -> np.ndarray:
@@ -21,25 +21,48 @@ def _bits(buffer, offset: int, n: int) -> np.ndarray:
     return np.unpackbits(raw, bitorder="little", count=offset + n)[offset:].view(bool)
 
 
-def as_numpy(array) -> np.ndarray:
-    """The values of an integer, float or boolean ``pyarrow.Array``, nulls left unmasked:
-    a read-only view of its buffer (booleans: unpacked, a copy). Any other type: pyarrow's
-    ``array.to_numpy(zero_copy_only=False)``."""
+def _fixed_width_dtype(pa, typ):
+    """The numpy dtype of an integer, float or boolean Arrow type; None for any other."""
+    if pa.types.is_boolean(typ):
+        return np.dtype(bool)
+    if pa.types.is_integer(typ) or pa.types.is_floating(typ):
+        return np.dtype(typ.to_pandas_dtype())
+    return None
+
+
+def as_numpy(array, nulls_as=None) -> np.ndarray:
+    """The values of an integer, float or boolean ``pyarrow.Array``: a read-only view of its
+    buffer (booleans: unpacked, a copy), nulls left as the buffer holds them, or set to
+    ``nulls_as`` (a copy). A ``pyarrow.ChunkedArray`` gives its chunks' values one after the
+    other (a view when it has one chunk). Any other type: pyarrow's
+    ``to_numpy(zero_copy_only=False)``."""
     import pyarrow as pa
 
-    n, offset = len(array), array.offset
-    if pa.types.is_boolean(array.type):
-        return _bits(array.buffers()[1], offset, n)
-    if not (pa.types.is_integer(array.type) or pa.types.is_floating(array.type)):
+    dtype = _fixed_width_dtype(pa, array.type)
+    if dtype is None:
         return array.to_numpy(zero_copy_only=False)
-    dtype = np.dtype(array.type.to_pandas_dtype())
-    view = np.frombuffer(array.buffers()[1], dtype, count=n, offset=offset * dtype.itemsize) if n else np.zeros(0, dtype)
-    view.flags.writeable = False  # the table's memory (and read-only arrays, as pyarrow gives)
-    return view
+    if isinstance(array, pa.ChunkedArray):
+        parts = [as_numpy(chunk, nulls_as) for chunk in array.chunks]
+        return parts[0] if len(parts) == 1 else np.concatenate(parts or [np.zeros(0, dtype)])
+    n, offset = len(array), array.offset
+    if dtype.kind == "b":
+        values = _bits(array.buffers()[1], offset, n)
+    else:
+        values = np.frombuffer(array.buffers()[1], dtype, count=n, offset=offset * dtype.itemsize) if n \
+            else np.zeros(0, dtype)
+        values.flags.writeable = False  # the table's memory (and read-only arrays, as pyarrow gives)
+    if nulls_as is not None and array.null_count:
+        values = np.where(validity(array), values, nulls_as)
+    return values
 
 
 def validity(array) -> np.ndarray:
-    """True where a row of ``array`` (any ``pyarrow.Array``) is not null."""
+    """True where a row of ``array`` (any ``pyarrow.Array``, or a ``ChunkedArray``: its
+    chunks' rows one after the other) is not null."""
+    import pyarrow as pa
+
+    if isinstance(array, pa.ChunkedArray):
+        return np.concatenate([validity(chunk) for chunk in array.chunks] or [np.zeros(0, bool)])
     if array.null_count == 0:
         return np.ones(len(array), bool)
     bitmap = array.buffers()[0]
@@ -66,3 +89,13 @@ def as_arrow(values, type=None):
         if data.dtype != values.dtype and not np.array_equal(data, values):
             raise ValueError(f"values of type {values.dtype} do not fit Arrow type {type}")
     return pa.Array.from_buffers(type, len(values), [None, pa.py_buffer(data)])
+
+
+def list_array(rows, value_type, large: bool = False):
+    """A list (``large``: large_list) array of ``rows``, sequences of numbers or booleans of
+    ``value_type``: what ``pyarrow.array(rows, pa.list_(value_type))`` builds."""
+    import pyarrow as pa
+
+    offsets = np.cumsum([0] + [len(r) for r in rows], dtype=np.int64 if large else np.int32)
+    values = np.concatenate([np.asarray(r) for r in rows]) if len(rows) else np.zeros(0)
+    return (pa.LargeListArray if large else pa.ListArray).from_arrays(as_arrow(offsets), as_arrow(values, value_type))

@@ -220,7 +220,7 @@ def pack_dataset(dataset, max_sequence_length=None, *, seq_length=None, columns=
     rows_map = None
     if dataset._indices is not None:               # after select / shuffle / filter: follow the mapping
         idx = dataset._indices.column(0)
-        rows_map = np.concatenate([as_numpy(c) for c in idx.chunks] or [np.zeros(0, np.uint64)]).astype(np.int64)
+        rows_map = as_numpy(idx).astype(np.int64)
     packed, report = _pack(table, rows_map, L, columns, method, depth, overflow, position_ids, seed, fold)
     # datasets rewrites the schema metadata to {b"huggingface": ...} but keeps unknown keys
     # inside that JSON: the report rides there too
