@@ -2,7 +2,8 @@
 
     python benchmarks/bench_packing.py            # full run (the scipy NNLS baseline takes ~30 s)
     python benchmarks/bench_packing.py --quick    # skip the slow baselines
-    python benchmarks/bench_packing.py --scaling  # NNLSHP time and packs against the max length L
+    python benchmarks/bench_packing.py --scaling  # NNLSHP against L up to 2048, 1 M lengths
+                                                  # (docs/guide.md's table: bench_nnls_long.py)
 
 Every row times packlib and a straightforward implementation of the same recipe in the
 same process and prints the ratio: the machine is shared and noisy, ratios travel better
@@ -122,7 +123,7 @@ def compile_costs(tmp):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="skip the slow baselines (scipy NNLS on Wikipedia)")
-    ap.add_argument("--scaling", action="store_true", help="only the NNLSHP-vs-L table of docs/guide.md")
+    ap.add_argument("--scaling", action="store_true", help="only NNLSHP against L up to 2048 (1 M lengths)")
     args = ap.parse_args()
     if args.scaling:
         return scaling()

@@ -22,8 +22,9 @@ SECTIONS = [
     ("Comparison", ["compare", "ComparisonTable"]),
     ("Blended-dataset indices", ["blend", "blend_exhaustive", "BlendedIndex"]),
     ("Bucketing and streaming", ["BucketedReadaheadBatchIterator", "bucket", "pack_stream"]),
-    ("Compute-balanced steps", ["balance", "round_robin", "fit_cost", "transformer_cost", "Schedule",
+    ("Compute-balanced steps", ["balance", "round_robin", "fit_cost", "transformer_cost", "vision_cost", "Schedule",
                                 "BalancedBatchSampler"]),
+    ("Context-parallel steps", ["plan_cp_step", "CPStep"]),
     ("Utilities", ["warmup", "datasets.wikipedia_512", "datasets.load_histogram"]),
     ("Plots (extra `plot`)", ["plot.histogram", "plot.plan", "plot.strategies", "plot.compare", "plot.schedule"]),
 ]

@@ -48,9 +48,12 @@ _EXPORTS = {
     "Schedule": "balancing",
     "transformer_cost": "balancing",
     "fit_cost": "balancing",
+    "vision_cost": "balancing",
     "round_robin": "balancing",
     "BalancedBatchSampler": "balancing",
     "ComparisonTable": "comparison",
+    "plan_cp_step": "context_parallel",
+    "CPStep": "context_parallel",
 }
 _SUBMODULES = ("datasets", "formats", "methods", "plot", "torch")
 
@@ -80,7 +83,9 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
     from .blending import BlendedIndex, blend, blend_exhaustive  # noqa: F401
     from .bucketing import Batches, BucketedReadaheadBatchIterator, PackStream, bucket, pack_stream  # noqa: F401
     from .balancing import BalancedBatchSampler, Schedule, balance, fit_cost, round_robin, transformer_cost  # noqa: F401
+    from .balancing import vision_cost  # noqa: F401
     from .comparison import ComparisonTable, compare  # noqa: F401
+    from .context_parallel import CPStep, plan_cp_step  # noqa: F401
     from .optimal import Certificate, LowerBound, lower_bound, optimal_pack  # noqa: F401
     from .packing import (  # noqa: F401
         PackingPlan,

@@ -1,30 +1,34 @@
-"""How large a histogram :func:`packlib.nnls_pack` accepts.
+"""How :func:`packlib.nnls_pack` scales with the pack capacity ``L``.
 
 NNLSHP's active-set solver prices one strategy per step with a dynamic programme over
-(sequences, tokens), ``O(D * L**2)`` per step, and needs a number of steps that grows with
-``L``: its run time grows about as ``L**3`` (``docs/guide.md`` has measured figures) and
-its scratch as ``L**2``. Above
-:data:`MAX_NNLS_LENGTH` it would run for minutes, so it refuses and says what to use
-instead: :func:`packlib.optimal_pack` (near-optimal, with a proven bound), LPFHP (a
-histogram heuristic) or BFD (per sequence).
+(sequences, tokens), ``O(D * L**2)`` per step, keeps a dense Cholesky factor of up to ``L``
+active strategies and needs a number of steps that grows with ``L``: its run time grows
+about as ``L**3`` and its scratch as ``L**2``. Up to :data:`MAX_NNLS_LENGTH` it runs on the
+lengths themselves. Above, it runs on :data:`NNLS_CLASSES` or fewer *length classes* of
+``q`` tokens each (:func:`length_classes`), so its solve's time and memory stay those of a
+``768``-token histogram at every ``L`` (the repair then runs LPFHP on the lengths). The
+optimal packer runs NNLSHP as one of its heuristics only where :func:`nnls_fits`.
 """
 from __future__ import annotations
 
 MAX_NNLS_LENGTH = 2048
+NNLS_CLASSES = 768
 
 
 def nnls_fits(L: int) -> bool:
-    """Whether NNLSHP stays fast at capacity ``L``."""
+    """Whether NNLSHP runs on the lengths themselves (not on length classes) at capacity ``L``."""
     return int(L) <= MAX_NNLS_LENGTH
 
 
-def check_nnls_size(h, L: int, depth) -> None:
-    """Raise ``ValueError`` if NNLSHP would take minutes on this input (``L`` above
-    :data:`MAX_NNLS_LENGTH`); ``h`` and ``depth`` are the validated histogram and depth
-    (``None``: unlimited), accepted for future cost models."""
-    if not nnls_fits(L):
-        raise ValueError(
-            f"nnls_pack is limited to max_sequence_length <= {MAX_NNLS_LENGTH} (its cost grows as L**3: "
-            f"minutes at L = {int(L):,}); use method 'optimal' (optimal_pack: near-optimal with a proven "
-            f"bound, fast at long context), 'lpfhp' (lpfhp_pack) or, per sequence, 'bfd' (bfd_pack)"
-        )
+def length_classes(L: int) -> tuple[int, int]:
+    """``(q, G)``: NNLSHP at capacity ``L`` packs ``G = L // q`` classes of ``q`` tokens;
+    ``(1, L)`` up to :data:`MAX_NNLS_LENGTH`, else ``q = ceil(L / NNLS_CLASSES)``.
+
+    >>> length_classes(2048), length_classes(131072)
+    ((1, 2048), (171, 766))
+    """
+    L = int(L)
+    if nnls_fits(L):
+        return 1, L
+    q = -(-L // NNLS_CLASSES)
+    return q, L // q

@@ -30,7 +30,7 @@ def warmup(verbose: bool = False, *, processes: int = 1) -> float:
     argument types compiled are the ones real calls use:
 
     - histogram packing: :func:`~packlib.spfhp_pack`, :func:`~packlib.lpfhp_pack`,
-      :func:`~packlib.nnls_pack` (with a depth limit and unlimited), then
+      :func:`~packlib.nnls_pack` (with a depth limit and unlimited, and above its exact range), then
       :meth:`PackingPlan.assign <packlib.PackingPlan.assign>` and
       :meth:`Packs.shuffled <packlib.Packs.shuffled>`;
     - per-sequence packing: :func:`~packlib.ffd_pack`, :func:`~packlib.bfd_pack`;
@@ -120,6 +120,9 @@ def run_unit(unit: str) -> None:
 _L = 8
 _H = np.array([0, 2, 0, 1, 0, 0, 1, 1], dtype=np.int64)
 _LENGTHS = np.repeat(np.arange(1, _L + 1), _H)
+# two sequences at a capacity above NNLSHP's exact range (it packs length classes there)
+_LONG_H = np.zeros(4096, dtype=np.int64)
+_LONG_H[[0, -1]] = 1
 
 
 def _histogram_packing():
@@ -128,6 +131,7 @@ def _histogram_packing():
     for pack in (spfhp_pack, lpfhp_pack, nnls_pack):
         plan = pack(_H, max_sequence_length=_L, max_sequences_per_pack=3)
     nnls_pack(_H, max_sequence_length=_L, max_sequences_per_pack=None)
+    nnls_pack(_LONG_H, max_sequence_length=_LONG_H.size, max_sequences_per_pack=None)  # its length classes
     plan.assign(_LENGTHS, seed=0).shuffled(seed=0)
 
 

@@ -6,6 +6,8 @@ function ``packlib.compare`` with a module of the same name.)
 from __future__ import annotations
 
 import html
+import math
+import sys
 import time
 from dataclasses import asdict, dataclass
 from typing import Iterable, Sequence
@@ -14,6 +16,7 @@ import numpy as np
 
 from . import methods as _registry
 from ._deprecation import DEPRECATED_IN_0_2, deprecated_call
+from ._progress import progress_bar
 from ._shared_compile import usable_cores
 from ._validate import as_bool, as_depth
 
@@ -27,17 +30,22 @@ def get_packer(method: str):
 
 @dataclass(frozen=True)
 class ComparisonRow:
-    """One packing of the histogram: a method at one depth."""
+    """One packing of the histogram: a method at one depth.
+
+    A method that refused the input (one :func:`compare` ran by default, not by name) has
+    ``packs = gap = None``, ``efficiency = speedup = nan`` and its reason in ``note``.
+    """
 
     method: str
     depth: int | None
-    packs: int
+    packs: int | None
     efficiency: float
     speedup: float
     speedup_limit: float
     lower_bound: int | None
     gap: int | None
     seconds: float
+    note: str = ""
 
     @property
     def depth_label(self) -> str:
@@ -54,6 +62,9 @@ class ComparisonTable(list):
     columns = ("method", "depth", "packs", "efficiency", "speed-up", "of limit", "gap to bound", "time")
 
     def _cells(self, row: ComparisonRow) -> list[str]:
+        if row.packs is None:
+            return [row.method, row.depth_label, "refused", "", "", f"{row.speedup_limit:.4f}x", "",
+                    _format_seconds(row.seconds)]
         gap = "" if row.gap is None else f"{row.gap:,}"
         if row.gap and row.lower_bound:
             pct = 100 * row.gap / row.lower_bound
@@ -79,10 +90,17 @@ class ComparisonTable(list):
             raise ImportError("to_pandas() needs pandas: pip install 'packlib[pandas]'") from None
         return pd.DataFrame(self.to_records())
 
+    def _table(self) -> tuple[list[str], list[list[str]]]:
+        """Header and cells; a "note" column only when some row has a note."""
+        if not any(r.note for r in self):
+            return list(self.columns), [self._cells(r) for r in self]
+        return list(self.columns) + ["note"], [self._cells(r) + [r.note] for r in self]
+
     def to_markdown(self) -> str:
-        rows = [list(self.columns)] + [self._cells(r) for r in self]
-        widths = [max(len(r[i]) for r in rows) for i in range(len(self.columns))]
-        right = [False, False, True, True, True, True, True, True]
+        head, cells = self._table()
+        rows = [head] + cells
+        widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+        right = [False, False, True, True, True, True, True, True, False][: len(head)]
 
         def fmt(cells):
             return "| " + " | ".join(c.rjust(w) if rj else c.ljust(w) for c, w, rj in zip(cells, widths, right)) + " |"
@@ -91,15 +109,16 @@ class ComparisonTable(list):
         return "\n".join([fmt(rows[0]), sep] + [fmt(r) for r in rows[1:]])
 
     def _repr_html_(self) -> str:
-        head = "".join(f"<th>{html.escape(c)}</th>" for c in self.columns)
-        body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in self._cells(r)) + "</tr>" for r in self)
+        columns, cells = self._table()
+        head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in cells)
         return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
     def __repr__(self) -> str:
         return self.to_markdown()
 
     def best(self, depth=...) -> ComparisonRow:
-        """The row with the fewest packs (ties: the faster one).
+        """The row with the fewest packs (ties: the faster one); rows of refusals are skipped.
 
         Parameters
         ----------
@@ -107,7 +126,7 @@ class ComparisonTable(list):
             Only rows at this depth (``None``: unlimited); ``ValueError`` if the table has
             none. By default, all rows.
         """
-        rows = [r for r in self if depth is ... or r.depth == depth]
+        rows = [r for r in self if (depth is ... or r.depth == depth) and r.packs is not None]
         if not rows:
             have = ", ".join(sorted({r.depth_label for r in self})) or "none"
             raise ValueError(f"the table has no rows at depth {depth!r} (depths compared: {have}); "
@@ -144,6 +163,7 @@ def compare(
     *,
     methods: str | Sequence[str] | None = None,
     warmup: bool = True,
+    progress: bool | None = None,
 ) -> ComparisonTable:
     """Pack one histogram with several methods and depths and tabulate the results.
 
@@ -157,10 +177,14 @@ def compare(
         The depth or depths to try (``None`` = unlimited).
     methods : str or sequence of str, optional
         Histogram methods of :mod:`packlib.methods` (``"spfhp"``, ``"lpfhp"``, ``"nnls"``,
-        ``"optimal"``); default: all of them.
+        ``"optimal"``); default: all of them. A method run by default that refuses the
+        input (``ValueError``) gets a row that says why; a method named here raises.
     warmup : bool, default True
         Call each method once on a tiny histogram first, so that the times reported are
         steady-state times, not numba compilation.
+    progress : bool or None, default None
+        Show a progress bar (needs tqdm) naming the method and depth running; ``None``:
+        in a notebook or on a terminal.
 
     Returns
     -------
@@ -192,47 +216,88 @@ def compare(
     h, L, _ = _histogram_args(histogram, max_sequence_length, None)
     packers = _as_methods(methods)
     depths = _as_depths(max_sequences_per_pack)
-    if as_bool(warmup, "warmup"):
-        for name in packers:
-            for d in depths:
-                warm_method(name, d)
-    table = ComparisonTable()
-    for rows in _each_depth(h, L, depths, packers):
-        table.extend(rows)
+    warm = as_bool(warmup, "warmup")
+    if progress is None:
+        progress = "ipykernel" in sys.modules or bool(getattr(sys.stderr, "isatty", lambda: False)())
+    with progress_bar(len(packers) * len(depths) * (2 if warm else 1), "compare", as_bool(progress, "progress"),
+                      unit="run") as bar:
+        if warm:
+            for name in packers:
+                for d in depths:
+                    _tell(bar, f"compiling {name}, depth {_label(d)}")
+                    warm_method(name, d, L)
+                    bar.update(1)
+        table = ComparisonTable()
+        for rows in _each_depth(h, L, depths, packers, methods is not None, bar):
+            table.extend(rows)
     return table
 
 
-def _each_depth(h, L, depths, packers) -> list:
+def _label(depth) -> str:
+    return "unlimited" if depth is None else str(depth)
+
+
+def _tell(bar, text: str) -> None:
+    """Show what runs now beside the bar (tqdm's postfix; nothing without a bar)."""
+    if hasattr(bar, "set_postfix_str"):
+        bar.set_postfix_str(text)
+
+
+def _each_depth(h, L, depths, packers, named=True, bar=None) -> list:
     """The rows of each depth, in order. Depths share nothing, and the kernels release the
     GIL, so on a machine with idle cores the depths run at once, one thread each."""
     threads = min(len(depths), usable_cores())
     if threads <= 1:
-        return [_depth_rows(h, L, d, packers) for d in depths]
+        return [_depth_rows(h, L, d, packers, named, bar) for d in depths]
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(threads) as pool:
-        return list(pool.map(lambda d: _depth_rows(h, L, d, packers), depths))
+        return list(pool.map(lambda d: _depth_rows(h, L, d, packers, named, bar), depths))
 
 
-def _depth_rows(h, L, d, packers) -> list:
-    plans, seconds = {}, {}
+def _depth_rows(h, L, d, packers, named=True, bar=None) -> list:
+    """The rows of depth ``d``; with ``named=False`` (the default methods) a method that
+    refuses the input gets a row saying why instead of raising."""
+    plans, seconds, refused = {}, {}, {}
     for name, method in packers.items():
+        if bar is not None:
+            _tell(bar, f"{name}, depth {_label(d)}")
         # the time this thread spends: the method's own, whatever runs beside it (the
         # packers are single-threaded, so alone it is their wall time)
         t0 = time.thread_time()
-        if name == "optimal":
-            plans[name], reused = _optimal_reusing(h, L, d, plans, seconds)
-        else:
-            plans[name], reused = method._run(h, L, d), 0.0
+        try:
+            if name == "optimal":
+                plans[name], reused = _optimal_reusing(h, L, d, plans, seconds)
+            else:
+                plans[name], reused = method._run(h, L, d), 0.0
+        except ValueError as err:
+            if named:
+                raise
+            refused[name], reused = f"{name} refused: {err}", 0.0
         seconds[name] = time.thread_time() - t0 + reused
+        if bar is not None:
+            bar.update(1)
     # a plan that carries a proven bound (optimal_pack) saves computing it again
     bound = next((p.lower_bound for p in plans.values() if p.lower_bound is not None), None)
     if bound is None:
         bound = _lower_bound_or_none(h, L, d)
-    return [ComparisonRow(method=name, depth=d, packs=plan.num_packs, efficiency=plan.efficiency,
-                          speedup=plan.speedup, speedup_limit=plan.speedup_limit, lower_bound=bound,
-                          gap=None if bound is None else plan.num_packs - bound, seconds=seconds[name])
-            for name, plan in plans.items()]
+    limit = _speedup_limit(h, L)
+    return [_row(name, d, plans.get(name), bound, seconds[name], refused.get(name, ""), limit) for name in packers]
+
+
+def _row(name, d, plan, bound, seconds, note, limit) -> ComparisonRow:
+    if plan is None:
+        return ComparisonRow(method=name, depth=d, packs=None, efficiency=math.nan, speedup=math.nan,
+                             speedup_limit=limit, lower_bound=bound, gap=None, seconds=seconds, note=note)
+    return ComparisonRow(method=name, depth=d, packs=plan.num_packs, efficiency=plan.efficiency,
+                         speedup=plan.speedup, speedup_limit=plan.speedup_limit, lower_bound=bound,
+                         gap=None if bound is None else plan.num_packs - bound, seconds=seconds)
+
+
+def _speedup_limit(h, L) -> float:
+    """Sequences per pack if packs held ``L`` tokens each: ``n L / tokens``."""
+    tokens = float(np.dot(h.astype(np.float64), np.arange(1, h.size + 1)))
+    return float(h.sum()) * L / tokens if tokens else math.nan
 
 
 # small, but the heuristics miss the bound on it at depth 2 (optimal_pack's LP, its rounding
@@ -249,11 +314,18 @@ LP_WARMUPS = (
 )
 
 
-def warm_method(name: str, depth: int | None) -> None:
-    """Compile (or load) the kernels histogram method ``name`` runs at ``depth``."""
+def warm_method(name: str, depth: int | None, L: int | None = None) -> None:
+    """Compile (or load) the kernels histogram method ``name`` runs at ``depth`` (and at
+    capacity ``L``: NNLSHP's long-context kernels above its exact range)."""
+    from ._nnls_limits import nnls_fits
+
     method = _registry.get(name, kind="histogram")
     tiny = np.asarray(WARMUP_HISTOGRAM, dtype=np.int64)
     method._run(tiny, tiny.size, depth)
+    if name == "nnls" and L is not None and not nnls_fits(L):
+        two = np.zeros(L, np.int64)
+        two[[0, L - 1]] = 1
+        method._run(two, L, depth)
     if name == "optimal":
         for counts, lp_depth in LP_WARMUPS:
             h = np.asarray(counts, dtype=np.int64)

@@ -213,8 +213,12 @@ def nnls_pack(
       under-filled are repacked by LPFHP when that takes fewer packs (on Wikipedia at
       depth 3: 8,144,341 packs instead of 8,152,494). ``repair=False`` gives the recipe's
       plan as is;
-    - above ``max_sequence_length = 2048`` it refuses (its cost grows as ``L**3``) and
-      names the packers to use instead (``optimal``, ``lpfhp``, ``bfd``).
+    - above ``max_sequence_length = 2048`` (where the exact solver's cost grows as
+      ``L**3``) the recipe runs on at most 768 length classes of ``q = ceil(L / 768)``
+      tokens (a class's sequences fill its slots, so every pack fits ``L``): its time and
+      memory are those of ``L = 768`` at every ``L`` (the repair, which then runs on the
+      classes and again on the lengths, aside), the short-length cutoff counts classes,
+      and ``plan.info["length_class"]`` is ``q``.
 
     Parameters
     ----------
@@ -231,7 +235,8 @@ def nnls_pack(
     Returns
     -------
     PackingPlan
-        ``plan.info["iterations"]`` is the number of NNLS solves.
+        ``plan.info["iterations"]`` is the number of NNLS solves (``"length_class"``: the
+        class width ``q`` above ``L = 2048``).
 
     See Also
     --------
@@ -254,17 +259,26 @@ def _nnls(h: np.ndarray, L: int, depth: int | None, *, max_iterations: int = 20,
           repair: bool = True) -> PackingPlan:
     """:func:`nnls_pack` of arguments already checked (``_histogram_args`` and the options)."""
     from ._kernels.nnls import nnls_histogram_pack, repack_underfilled
-    from ._nnls_limits import check_nnls_size
+    from ._nnls_limits import length_classes
 
-    check_nnls_size(h, L, depth)
-    cutoff = min(short_length_cutoff, L)
-    weights = np.ones(L)
-    weights[:cutoff] = cutoff / (2.0 * L)
-    kernel_depth = L if depth is None else depth
-    strategies, counts, iterations = nnls_histogram_pack(h, L, kernel_depth, np.sqrt(weights), max_iterations)
+    q, G = length_classes(L)
+    # above the exact range the recipe runs on G length classes of q tokens (docs/design.md)
+    hc = h if q == 1 else np.add.reduceat(h, np.arange(G, dtype=np.int64) * q)
+    cutoff = min(short_length_cutoff, G)
+    weights = np.ones(G)
+    weights[:cutoff] = cutoff / (2.0 * G)
+    kernel_depth = G if depth is None else depth
+    strategies, counts, iterations = nnls_histogram_pack(hc, G, kernel_depth, np.sqrt(weights), max_iterations)
     if repair:
-        strategies, counts = repack_underfilled(strategies, counts, L, kernel_depth)
-    return _plan_from_kernel(strategies, counts, L, depth, "nnls", iterations=int(iterations))
+        strategies, counts = repack_underfilled(strategies, counts, G, kernel_depth)
+    if q > 1:
+        from ._kernels.nnls_grid import classes_to_lengths
+
+        strategies, counts = classes_to_lengths(strategies, counts, h, q, G)
+        if repair:  # again on the lengths: the room the classes rounded up is free there
+            strategies, counts = repack_underfilled(strategies, counts, L, L if depth is None else depth)
+    info = {"iterations": int(iterations)} if q == 1 else {"iterations": int(iterations), "length_class": q}
+    return _plan_from_kernel(strategies, counts, L, depth, "nnls", **info)
 
 
 def _sequence_args(lengths, max_sequence_length, max_sequences_per_pack):

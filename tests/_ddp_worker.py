@@ -129,10 +129,16 @@ def main(rank: int, world_size: int, port: int, out: str, kill_at: int | None = 
 
 def launch(world_size: int, port: int, out: str, kill_at: int | None = None) -> int:
     """Fork the ranks after importing torch and transformers once; 0 when every rank succeeded."""
-    import traceback
-
     import torch  # noqa: F401  (imported once, inherited by the ranks)
     import transformers.models.llama.modeling_llama  # noqa: F401
+
+    return fork_ranks(world_size, lambda rank: main(rank, world_size, port, out, kill_at))
+
+
+def fork_ranks(world_size: int, run) -> int:
+    """Fork ``world_size`` processes, each calling ``run(rank)`` and exiting 1 if it raised;
+    wait for them all; 0 when every rank succeeded (tests/_trainer_worker.py uses it too)."""
+    import traceback
 
     pids = []
     for rank in range(world_size):
@@ -140,7 +146,7 @@ def launch(world_size: int, port: int, out: str, kill_at: int | None = None) -> 
         if pid == 0:
             code = 1
             try:
-                main(rank, world_size, port, out, kill_at)
+                run(rank)
                 code = 0
             except BaseException:
                 traceback.print_exc()

@@ -83,3 +83,34 @@ def dpo_loss(policy_chosen, policy_rejected, ref_chosen, ref_rejected, beta: flo
 
     logits = beta * ((policy_chosen - ref_chosen) - (policy_rejected - ref_rejected))
     return -torch.nn.functional.logsigmoid(logits).mean()
+
+
+def padded_groups_grpo(examples, pad_token_id: int = 0):
+    """``GRPOTrainer``'s padded batch of groups, group-major: ``prompt_ids`` left-padded with
+    ``prompt_mask``, ``completion_ids`` right-padded with ``completion_mask`` (torch int64)."""
+    import torch
+
+    prompts = [list(e["prompt_ids"]) for e in examples for _ in e["completion_ids"]]
+    comps = [list(c) for e in examples for c in e["completion_ids"]]
+    P, C = max(map(len, prompts)), max(map(len, comps))
+    out = {"prompt_ids": torch.full((len(comps), P), pad_token_id), "prompt_mask": torch.zeros(len(comps), P, dtype=torch.int64),
+           "completion_ids": torch.full((len(comps), C), pad_token_id),
+           "completion_mask": torch.zeros(len(comps), C, dtype=torch.int64)}
+    for i, (p, c) in enumerate(zip(prompts, comps)):
+        out["prompt_ids"][i, P - len(p):] = torch.tensor(p)
+        out["prompt_mask"][i, P - len(p):] = 1
+        out["completion_ids"][i, :len(c)] = torch.tensor(c)
+        out["completion_mask"][i, :len(c)] = 1
+    return out
+
+
+def dapo_loss(per_token_logps, old_per_token_logps, advantages, mask, epsilon_low=0.2, epsilon_high=0.2):
+    """The clipped surrogate summed over the completion tokens and divided by their count
+    (GRPO's default ``loss_type="dapo"`` on one process, no KL term)."""
+    import torch
+
+    ratio = torch.exp(per_token_logps - old_per_token_logps)
+    clipped = torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high)
+    per_token = -torch.min(ratio * advantages[:, None], clipped * advantages[:, None])
+    return (per_token * mask).sum() / mask.sum().clamp(min=1)
+

@@ -206,6 +206,32 @@ def _training_sft(ns, tmp, stack):
     ns.update(model=_tiny_model(), dataset=_learnable_dataset(completion_mask=True), tokenizer=tokenizer)
 
 
+def _sft_examples():
+    """Per-sample examples whose labels mask each prompt (-100), and their lengths."""
+    ids = _learnable_dataset()["input_ids"][:40]
+    labels = [[-100] * (len(x) // 3) + x[len(x) // 3:] for x in ids]
+    return {"input_ids": ids, "labels": labels}, np.array([len(x) for x in ids])
+
+
+def _training_balanced(ns, tmp, stack):
+    pytest.importorskip("accelerate", reason="transformers.Trainer needs accelerate: pip install 'packlib[torch]'")
+    transformers = pytest.importorskip("transformers")
+    datasets = pytest.importorskip("datasets")
+    cols, lengths = _sft_examples()
+    args = transformers.TrainingArguments(str(tmp / "out"), per_device_train_batch_size=1, gradient_accumulation_steps=2,
+                                          num_train_epochs=1, learning_rate=1e-2, report_to=[], use_cpu=True,
+                                          save_strategy="no")
+    ns.update(model=_tiny_model(), dataset=datasets.Dataset.from_dict(cols), lengths=lengths, args=args,
+              max_sequence_length=128)
+
+
+def _training_balanced_sft(ns, tmp, stack):
+    _training_sft(ns, tmp, stack)
+    datasets = pytest.importorskip("datasets")
+    cols, lengths = _sft_examples()
+    ns.update(dataset=datasets.Dataset.from_dict(cols), lengths=lengths, max_sequence_length=128)
+
+
 def _blending_ranks(ns, tmp, stack):
     pytest.importorskip("torch", reason="the block asks torch.distributed for the rank")
     import torch.distributed as dist
@@ -279,12 +305,39 @@ def _preference_dpo(ns, tmp, stack):
 
 
 def _preference_grpo(ns, tmp, stack):
+    torch = pytest.importorskip("torch", reason="the GRPO example needs torch")
     model = _tiny_model()
+    old_model = _tiny_model().eval().requires_grad_(False)  # the sampling policy
+    old_model.load_state_dict({k: v + 0.01 * torch.randn_like(v) for k, v in model.state_dict().items()})
     rng = np.random.default_rng(31)
     groups = [{"prompt_ids": rng.integers(1, 1000, rng.integers(2, 80)).tolist(),
                "completion_ids": [rng.integers(1, 1000, rng.integers(1, 60)).tolist() for _ in range(4)]}
               for _ in range(3)]
-    ns.update(model=model, groups=groups, reward=lambda ids: float(np.mean(np.asarray(ids) % 2 == 0)))
+    ns.update(model=model, old_model=old_model, groups=groups, optimizer=torch.optim.SGD(model.parameters(), lr=1e-3),
+              reward=lambda ids: float(np.mean(np.asarray(ids) % 2 == 0)))
+
+
+def _preference_reward(ns, tmp, stack):
+    torch = pytest.importorskip("torch", reason="the reward-model example needs torch")
+    transformers = pytest.importorskip("transformers", reason="the block runs a transformers model")
+    cfg = transformers.LlamaConfig(vocab_size=1000, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                                   num_labels=1, pad_token_id=0)
+    reward_model = transformers.AutoModelForSequenceClassification.from_config(cfg).train()
+    dataset = [{"chosen_ids": e["prompt_ids"] + e["chosen_ids"], "rejected_ids": e["prompt_ids"] + e["rejected_ids"],
+                "margin": float(i % 3)} for i, e in enumerate(_pairs(16, seed=33))]
+    ns.update(reward_model=reward_model, dataset=dataset, optimizer=torch.optim.SGD(reward_model.parameters(), lr=1e-3))
+
+
+def _preference_kto(ns, tmp, stack):
+    model, ref_model = _tiny_model(), _tiny_model().eval().requires_grad_(False)
+    rng = np.random.default_rng(34)
+    examples = [{"prompt_ids": rng.integers(1, 1000, rng.integers(2, 40)).tolist(),
+                 "completion_ids": rng.integers(1, 1000, rng.integers(1, 40)).tolist(), "label": bool(i % 2),
+                 "ref_logps": -200.0 + i} for i in range(6)]
+    for i, e in enumerate(examples):  # KTO's mismatched pairs: the next example's completion
+        e["KL_completion_ids"] = examples[(i + 1) % len(examples)]["completion_ids"]
+    ns.update(model=model, ref_model=ref_model, examples=examples)
 
 
 def _preference_plans(ns, tmp, stack):
@@ -292,11 +345,33 @@ def _preference_plans(ns, tmp, stack):
     ns["dataset"] = _pairs(300, seed=32)
 
 
+def _multimodal(ns, tmp, stack):
+    pytest.importorskip("torch", reason="the block runs a model: pip install torch")
+    pytest.importorskip("transformers", reason="the block runs a transformers Qwen2-VL")
+    from tests import naive_vision as nv
+
+    examples = [e for seed in range(3) for e in nv.examples(seed)]  # 0-2 images each, tiny
+    ns.update(model=nv.tiny_model("qwen2_vl"), examples=examples,
+              lengths=np.array([e["input_ids"].shape[-1] for e in examples]))
+
+
+def _multimodal_table(ns, tmp, stack):
+    pytest.importorskip("pyarrow", reason="the block packs an Arrow table: pip install 'packlib[arrow]'")
+    _multimodal(ns, tmp, stack)
+
+
 def _pipeline_intro(ns, tmp, stack):
     pq = pytest.importorskip("pyarrow.parquet", reason="the pipeline reads Parquet: pip install 'packlib[arrow]'")
     (tmp / "data").mkdir()
     for part in range(3):
         pq.write_table(_arrow_table(200, 3000, seed=20 + part), tmp / "data" / f"in-{part}.parquet")
+
+
+def _vision_files(ns, tmp, stack):
+    pytest.importorskip("pyarrow.parquet", reason="the pipeline reads Parquet: pip install 'packlib[arrow]'")
+    from tests.pipeline_vision import vision_table, write_shards
+
+    write_shards(tmp / "vision", vision_table(120).drop_columns(["images", "cover"]), 2)  # processed examples
 
 
 SETUPS = {
@@ -316,11 +391,21 @@ SETUPS = {
     ("docs/guide.md", "From lengths to packs to files"): _guide_lengths,
     ("docs/training.md", "`transformers.Trainer`, with its defaults"): _training_trainer,
     ("docs/training.md", "TRL's `SFTTrainer`"): _training_sft,
+    ("docs/training.md", "Balanced steps in `transformers.Trainer` and Accelerate"): _training_balanced,
+    ("docs/training.md", "Balanced steps in TRL's `SFTTrainer`"): _training_balanced_sft,
     ("docs/optimal.md", "The certificate: check the bound without packlib"): _optimal_certificate,
     ("docs/pipeline.md", "Packing datasets larger than memory: `pack-dataset`"): _pipeline_intro,
     ("docs/preference.md", "A DPO loop"): _preference_dpo,
-    ("docs/preference.md", "GRPO-style groups"): _preference_grpo,
+    ("docs/preference.md", "GRPO with TRL's default loss"): _preference_grpo,
+    ("docs/preference.md", "A reward model"): _preference_reward,
+    ("docs/preference.md", "KTO"): _preference_kto,
     ("docs/preference.md", "Plans keep pairs and groups whole"): _preference_plans,
+    ("docs/multimodal.md", "Vision-language packing: Qwen2-VL, Qwen2.5-VL, Qwen3-VL"): _multimodal,
+    ("docs/multimodal.md", "Planning rows on the true length"): _multimodal,
+    ("docs/multimodal.md", "Balanced steps that count the vision tower"): _multimodal,
+    ("docs/multimodal.md", "Packed datasets: images carried with their rows"): _multimodal_table,
+    ("docs/multimodal.md", "Datasets larger than memory"): _vision_files,
+    ("docs/pipeline.md", "Images and other columns carried whole: `--carry`"): _vision_files,
 }
 
 BLOCKS = all_blocks()

@@ -436,12 +436,10 @@ def test_time_limit_status():
 
 
 
-def test_nnls_size_guard():
-    from packlib._nnls_limits import MAX_NNLS_LENGTH, check_nnls_size
+def test_nnls_runs_inside_optimal_only_in_its_exact_range():
+    from packlib._nnls_limits import MAX_NNLS_LENGTH, nnls_fits
 
-    check_nnls_size(np.ones(MAX_NNLS_LENGTH, np.int64), MAX_NNLS_LENGTH, None)
-    with pytest.raises(ValueError, match="optimal.*lpfhp.*bfd"):
-        check_nnls_size(np.ones(8192, np.int64), 8192, 3)
+    assert nnls_fits(MAX_NNLS_LENGTH) and not nnls_fits(8192)
 
 
 # ------------------------------------------------------------------- long context

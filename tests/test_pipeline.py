@@ -14,6 +14,7 @@ import packlib  # noqa: E402
 from packlib.pipeline import InputError, VerifyError, WorkerDied, pack_files  # noqa: E402
 from packlib.pipeline import _tasks  # noqa: E402
 from tests.naive_pipeline import naive_pack_rows  # noqa: E402
+from tests.pipeline_vision import CARRY, vision_table, write_shards  # noqa: E402
 from tests.procs import ray_to_itself  # noqa: E402
 
 L = 64
@@ -348,6 +349,14 @@ def test_ray_engine_same_bytes_as_local(data, tmp_path, ray_runtime):
         assert local.num_packs == res.num_packs
     assert res.folded_masks == ("completion_mask",)
     assert "position_ids" in pq.read_schema(res.files[0]).names
+    # images carried whole with their rows (tests/test_pipeline_carry.py: the rest of carry=)
+    vision = write_shards(tmp_path / "vision", vision_table(60, seed=1), 2)  # local: 2 worker processes too
+    for name, engine in (("local-v", "local"), ("ray-v", "ray")):
+        res = pack_files(vision, L, output=tmp_path / name, carry=CARRY, engine=engine, workers=2, rows_per_file=9)
+        assert res.carried_columns == tuple(CARRY) and res.verified
+    assert _parts(tmp_path / "ray-v") == _parts(tmp_path / "local-v")
+    assert ((tmp_path / "ray-v" / "_packing_metadata.json").read_bytes()
+            == (tmp_path / "local-v" / "_packing_metadata.json").read_bytes())
 
 
 def test_ray_engine_errors_are_one_line(data, tmp_path, ray_runtime):

@@ -231,13 +231,12 @@ def test_capacity_far_above_the_data_packs_exactly():
         packlib.bfd_pack([2**40, 2**40], 2**41)
 
 
-def test_nnls_refuses_long_context_with_advice():
+def test_nnls_packs_long_context():
     h = np.zeros(65_536, dtype=np.int64)
     h[[99, 65_535]] = 3
-    with pytest.raises(ValueError, match="'optimal'.*'lpfhp'.*'bfd'"):
-        packlib.nnls_pack(h)
-    plan = packlib.lpfhp_pack(h, max_sequences_per_pack=None)
-    assert plan_is_exact(h)(plan)
+    for pack in (packlib.nnls_pack, packlib.lpfhp_pack):
+        plan = pack(h, max_sequences_per_pack=None)
+        assert plan_is_exact(h)(plan) and plan.num_packs == 4
 
 
 def test_compare_spellings():

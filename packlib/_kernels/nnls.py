@@ -16,66 +16,7 @@ from .._jit import jit
 from .growable import grow1, grow2
 from .sorting import sort_ints
 from .greedy import lpfhp
-
-# ----------------------------------------------------------------------------- pricing
-
-
-@jit
-def _price(rho, L, D, f, arg, parts):
-    """Best strategy for gradient ``rho``: max of ``sum rho[l-1]`` over multisets of at most
-    ``D`` lengths summing to exactly ``L``. Writes the lengths into ``parts``; returns
-    ``(value, n_parts)``. ``f``/``arg`` are ``(D+1, L+1)`` scratch (only row 0 if D >= L).
-    """
-    neg = -np.inf
-    if D >= L:  # unbounded: g[s] = max_l g[s-l] + rho[l-1]
-        f[0, 0] = 0.0
-        for s in range(1, L + 1):
-            best = neg
-            best_l = 0
-            for l in range(1, s + 1):
-                v = f[0, s - l] + rho[l - 1]
-                if v > best:
-                    best = v
-                    best_l = l
-            f[0, s] = best
-            arg[0, s] = best_l
-        n = 0
-        s = L
-        while s > 0:
-            parts[n] = arg[0, s]
-            s -= arg[0, s]
-            n += 1
-        return f[0, L], n
-    # f[c, s]: best sum of exactly c lengths totalling s; layer D is only needed at s = L
-    for s in range(L + 1):
-        f[1, s] = rho[s - 1] if s >= 1 else neg
-        arg[1, s] = s
-    for c in range(2, D + 1):
-        lo = L if c == D else c
-        for s in range(lo, L + 1):
-            best = neg
-            best_l = 0
-            # two parts are symmetric: the shorter one suffices
-            hi = s // 2 + 1 if c == 2 else s - c + 2
-            for l in range(1, hi):
-                v = f[c - 1, s - l] + rho[l - 1]
-                if v > best:
-                    best = v
-                    best_l = l
-            f[c, s] = best
-            arg[c, s] = best_l
-    best = neg
-    best_c = 1
-    for c in range(1, D + 1):
-        if f[c, L] > best:
-            best = f[c, L]
-            best_c = c
-    s = L
-    for c in range(best_c, 0, -1):
-        parts[best_c - c] = arg[c, s]
-        s -= arg[c, s]
-    return best, best_c
-
+from .nnls_price import _price
 
 # ------------------------------------------------------------------- Cholesky updates
 # The factor is kept as T = R^T (lower triangular, row-major), so that appending a column
@@ -158,6 +99,44 @@ def _store_column(parts, n_parts, col_len, col_mult, col_n, p):
 
 
 @jit
+def _forward(T, p, col_len, col_mult, col_n, dense):
+    """Row ``p`` of ``T``: solve ``T[:p, :p] y = A_P^T W^2 a_p`` by forward substitution,
+    four rows at a time (four independent sums; each row's terms in the same order as one
+    row at a time, so the result is the same to the last bit)."""
+    i0 = 0
+    while i0 + 4 <= p:
+        a0 = _gram(col_len, col_mult, col_n, i0, dense)
+        a1 = _gram(col_len, col_mult, col_n, i0 + 1, dense)
+        a2 = _gram(col_len, col_mult, col_n, i0 + 2, dense)
+        a3 = _gram(col_len, col_mult, col_n, i0 + 3, dense)
+        for kk in range(i0):
+            y = T[p, kk]
+            a0 -= T[i0, kk] * y
+            a1 -= T[i0 + 1, kk] * y
+            a2 -= T[i0 + 2, kk] * y
+            a3 -= T[i0 + 3, kk] * y
+        y0 = a0 / T[i0, i0]
+        a1 -= T[i0 + 1, i0] * y0
+        y1 = a1 / T[i0 + 1, i0 + 1]
+        a2 -= T[i0 + 2, i0] * y0
+        a2 -= T[i0 + 2, i0 + 1] * y1
+        y2 = a2 / T[i0 + 2, i0 + 2]
+        a3 -= T[i0 + 3, i0] * y0
+        a3 -= T[i0 + 3, i0 + 1] * y1
+        a3 -= T[i0 + 3, i0 + 2] * y2
+        T[p, i0] = y0
+        T[p, i0 + 1] = y1
+        T[p, i0 + 2] = y2
+        T[p, i0 + 3] = a3 / T[i0 + 3, i0 + 3]
+        i0 += 4
+    for i in range(i0, p):
+        acc = _gram(col_len, col_mult, col_n, i, dense)
+        for kk in range(i):
+            acc -= T[i, kk] * T[p, kk]
+        T[p, i] = acc / T[i, i]
+
+
+@jit
 def _append_factor(T, u, col_len, col_mult, col_n, p, k, w2, wb, dense):
     """Grow the Cholesky factor of ``A_P^T W^2 A_P`` by column ``p`` (row ``p`` of ``T``)
     and ``u = R^-T A_P^T W^2 b`` by one entry; ``False`` if the column is numerically
@@ -165,11 +144,8 @@ def _append_factor(T, u, col_len, col_mult, col_n, p, k, w2, wb, dense):
     for t in range(k):
         dense[col_len[p, t] - 1] = w2[col_len[p, t] - 1] * col_mult[p, t]
     diag = _gram(col_len, col_mult, col_n, p, dense)
+    _forward(T, p, col_len, col_mult, col_n, dense)
     for i in range(p):
-        acc = _gram(col_len, col_mult, col_n, i, dense)
-        for kk in range(i):
-            acc -= T[i, kk] * T[p, kk]
-        T[p, i] = acc / T[i, i]
         diag -= T[p, i] * T[p, i]
     for t in range(k):
         dense[col_len[p, t] - 1] = 0.0
@@ -259,7 +235,6 @@ def nnls_columns(b, w2, L, D, max_outer):
     work = np.zeros(pmax + 1)
     rows = 1 if D >= L else D + 1
     f = np.empty((rows, L + 1))
-    arg = np.zeros((rows, L + 1), np.int64)
     parts = np.empty(L, np.int64)
     dense = np.zeros(L)
     wb = w2 * b
@@ -270,7 +245,7 @@ def nnls_columns(b, w2, L, D, max_outer):
     tol = 1e-9 * scale
     p = np.int64(0)  # not a literal 0, which numba would compile the callees for as well
     for _ in range(max_outer):
-        value, n_parts = _price(rho, L, D, f, arg, parts)
+        value, n_parts = _price(rho, L, D, f, parts)
         if value <= tol or p >= pmax:
             break
         k = _store_column(parts, n_parts, col_len, col_mult, col_n, p)
@@ -458,6 +433,20 @@ def _underfilled_histogram(rows, counts, fill, threshold, sub):
 
 
 @jit
+def _packs_needed(sub, L, D):
+    """Packs any packing of ``sub`` needs: by tokens, by depth, one per length above L/2."""
+    tokens = 0
+    n = 0
+    big = 0
+    for l in range(sub.size):
+        tokens += (l + 1) * sub[l]
+        n += sub[l]
+        if 2 * (l + 1) > L:
+            big += sub[l]
+    return max(max((tokens + L - 1) // L, (n + D - 1) // D), big)
+
+
+@jit
 def repack_underfilled(rows, counts, L, D):
     """Repack the packs filled below a threshold with LPFHP when that takes fewer packs.
 
@@ -478,6 +467,8 @@ def repack_underfilled(rows, counts, L, D):
     for k in range(5):
         threshold = L - (L >> (k + 1)) if k < 4 else L  # L/2, 3L/4, 7L/8, 15L/16, L
         total = _underfilled_histogram(rows, counts, fill, threshold, sub)
+        if total + _packs_needed(sub, L, D) >= best_total:
+            continue  # no packing of these sequences can win: LPFHP's would not either
         _, sub_counts = lpfhp(sub, L, D)
         for g in range(sub_counts.size):
             total += sub_counts[g]

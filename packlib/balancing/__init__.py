@@ -42,11 +42,11 @@ Schedule(93 steps x 4 ranks x 2 micro-batches, 3,992 samples, 8 dropped, balance
 """
 from __future__ import annotations
 
-from ._cost import fit_cost, transformer_cost
+from ._cost import fit_cost, transformer_cost, vision_cost
 from ._planner import balance
 from ._round_robin import round_robin
 from ._sampler import BalancedBatchSampler
 from ._schedule import Schedule
 from ._settings import DEFAULT_WINDOW
 
-__all__ = ["balance", "Schedule", "transformer_cost", "fit_cost", "round_robin", "BalancedBatchSampler"]
+__all__ = ["balance", "Schedule", "transformer_cost", "fit_cost", "vision_cost", "round_robin", "BalancedBatchSampler"]

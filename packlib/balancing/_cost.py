@@ -153,3 +153,55 @@ def _check_separable(features: np.ndarray) -> None:
         raise ValueError(f"the {n} rows cannot determine a, b and a fixed cost per row: their (sum(l), sum(l**2), 1) "
                          "are linearly dependent; time more rows of varied make-up and fill (one long sequence, many "
                          "short ones, some rows well short of full)")
+
+
+def vision_cost(image_patches, *, cost) -> np.ndarray:
+    """Each sample's vision-encoder cost: an image of ``p`` patches costs ``c1 * p + c2 * p**2``
+    (the tower's linear layers, then its attention over the image's own patches: every image
+    is encoded apart), a sample the sum over its images. Pass it as ``extra_costs`` to
+    :func:`balance`, beside the language model's ``cost``, in the same unit.
+
+    Windowed attention blocks (Qwen2.5-VL's) cost about ``p * w`` for windows of ``w``
+    patches, which is linear in ``p``: ``c1`` holds them, ``c2`` the full-attention blocks.
+    :func:`packlib.torch.calibrate_vision_cost` measures ``(c1, c2)`` on your model's tower,
+    in seconds, like :func:`packlib.torch.calibrate_cost` measures ``(a, b)``.
+
+    Parameters
+    ----------
+    image_patches : sequence of sequences of int
+        For each sample, its images' patch counts (``t * h * w`` of each row of its
+        ``image_grid_thw``; an empty list for a text-only sample).
+    cost : pair of float
+        ``(c1, c2)``, each ``>= 0``.
+
+    Returns
+    -------
+    numpy.ndarray
+        float64, one cost per sample.
+
+    Raises
+    ------
+    ValueError
+        A negative coefficient or patch count (naming the sample).
+
+    Examples
+    --------
+    >>> vision_cost([[1024, 256], [], [4096]], cost=(1.0, 1e-3))
+    array([ 2394.112,     0.   , 20873.216])
+    """
+    if isinstance(cost, (str, bytes)) or not hasattr(cost, "__len__") or len(cost) != 2:
+        raise TypeError(f"cost must be a pair (c1, c2): an image of p patches costs c1*p + c2*p**2; got {cost!r}")
+    c1, c2 = (float(x) for x in as_float_array(list(cost), "cost"))
+    if c1 < 0 or c2 < 0:
+        raise ValueError(f"cost must be non-negative, got {(c1, c2)}")
+    if isinstance(image_patches, (str, bytes)) or not hasattr(image_patches, "__len__"):
+        raise TypeError("image_patches must be a sequence with, for each sample, its images' patch counts; got "
+                        f"{type(image_patches).__name__}")
+    out = np.zeros(len(image_patches), np.float64)
+    for i, patches in enumerate(image_patches):
+        p = as_float_array(patches, f"image_patches[{i}]")
+        if (p < 0).any():
+            raise ValueError(f"image_patches[{i}] holds a negative patch count ({p.min():g}): give t*h*w of each image")
+        out[i] = c1 * p.sum() + c2 * (p * p).sum()
+    return out
+

@@ -23,7 +23,7 @@ _SLACK = 512
 
 def balance(lengths, max_sequence_length, max_sequences_per_pack=None, *, world_size, micro_batches=1,
             cost=(1.0, 0.0), window=DEFAULT_WINDOW, seed=0, epoch=0, drop_last=True,
-            shared_prompt_lengths=None) -> Schedule:
+            shared_prompt_lengths=None, extra_costs=None) -> Schedule:
     """Plan one epoch as compute-balanced steps (see the module docs).
 
     Parameters
@@ -59,6 +59,10 @@ def balance(lengths, max_sequence_length, max_sequences_per_pack=None, *, world_
         With 2-D lengths whose groups lay their prompt out once (``PackedCollator(
         share_prompt=True)``): each group's prompt length, shape ``(n,)``. A group then lays
         out ``sum(l) - (k - 1) * p`` tokens and costs ``(k - 1)`` prompt costs less.
+    extra_costs : array_like of float, optional
+        Each sample's cost besides its tokens' (in the unit of ``cost``), shape ``(n,)``:
+        the vision encoder's work on its images (:func:`vision_cost`), say. A sample then
+        costs ``a * l + b * l**2 + extra_costs[i]``.
 
     Returns
     -------
@@ -75,9 +79,11 @@ def balance(lengths, max_sequence_length, max_sequences_per_pack=None, *, world_
     .. [1] R. L. Graham, "Bounds on multiprocessing timing anomalies", SIAM Journal on Applied
        Mathematics 17(2), 1969 (longest processing time first, how loads are dealt to ranks).
     """
-    return plan(balance_settings(lengths, max_sequence_length, max_sequences_per_pack, world_size=world_size,
-                                 micro_batches=micro_batches, cost=cost, window=window, seed=seed, epoch=epoch,
-                                 drop_last=drop_last, shared_prompt_lengths=shared_prompt_lengths))
+    settings = balance_settings(lengths, max_sequence_length, max_sequences_per_pack, world_size=world_size,
+                                micro_batches=micro_batches, cost=cost, window=window, seed=seed, epoch=epoch,
+                                drop_last=drop_last, shared_prompt_lengths=shared_prompt_lengths,
+                                extra_costs=extra_costs)
+    return plan(settings)
 
 
 def plan(s: BalanceSettings) -> Schedule:
@@ -89,7 +95,8 @@ def plan(s: BalanceSettings) -> Schedule:
     planner = _Planner(s.lengths, costs, s.max_sequence_length, s.max_sequences_per_pack, s.world_size,
                        s.micro_batches, s.window, s.seed, s.epoch)
     planner.run(order, s.drop_last)
-    return planner.schedule(s.cost, s.drop_last, None if s.group_lengths is None else readonly(costs))
+    plain = s.group_lengths is None and s.extra_costs is None
+    return planner.schedule(s.cost, s.drop_last, None if plain else readonly(costs))
 
 
 class _Planner:

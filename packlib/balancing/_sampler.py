@@ -25,6 +25,7 @@ import sys
 
 import numpy as np
 
+from ._drawn import accelerate_processes, accelerate_shard, drawn_by
 from ._planner import plan
 from ._settings import DEFAULT_WINDOW, as_rank, balance_settings
 
@@ -54,11 +55,17 @@ class BalancedBatchSampler:
         As for :func:`packlib.balance`; ``cost`` defaults to tokens, ``(1.0, 0.0)``.
     label_tokens : array_like of int, optional
         How many of each sample's tokens carry a loss term (its labels that are not -100,
-        after its masks), for :meth:`step_label_tokens`. Default ``lengths - 1``: every
-        token but the first, which is what :class:`packlib.torch.PackedCollator` trains of a
-        sample without ``labels`` or masks.
+        after its masks), for :meth:`step_label_tokens`. Default: counted from the dataset of
+        the ``DataLoader`` that draws this sampler, by the rule of
+        :func:`packlib.torch.label_tokens` (what :class:`packlib.torch.PackedCollator` trains),
+        when its examples carry more than ``input_ids`` (labels, masks, packed rows) and
+        ``packlib.torch`` is imported; else ``lengths - 1``: every token but the first, which
+        is what the collator trains of a sample without ``labels`` or masks.
     shared_prompt_lengths : array_like of int, optional
         As for :func:`packlib.balance` (with 2-D ``lengths``, whose items are then group ids).
+    extra_costs : array_like of float, optional
+        As for :func:`packlib.balance`: each sample's cost besides its tokens' (its images'
+        vision-encoder cost, :func:`packlib.vision_cost`).
 
     Notes
     -----
@@ -75,16 +82,26 @@ class BalancedBatchSampler:
     this sampler's position is not what the loop consumed: :meth:`state_dict` refuses then
     (``RuntimeError``). torchdata's ``StatefulDataLoader`` accounts for what was consumed:
     checkpoint its ``state_dict()`` instead (it holds this sampler's).
+
+    **Accelerate.** ``accelerator.prepare(loader)`` on ``n >= 2`` processes wraps every batch
+    sampler in its ``BatchSamplerShard``, which deals batch ``i`` to process ``i mod n``. This
+    sampler sees that wrapper and then yields every rank's micro-batches in the order it deals
+    them, so each process gets exactly its own; ``len(loader)`` is the rank's count,
+    ``loader.set_epoch(epoch)`` reaches :meth:`set_epoch` and ``accelerator.skip_first_batches``
+    skips the rank's own micro-batches. A process index or count other than ``rank`` /
+    ``world_size`` is a ``ValueError`` naming both, as are ``dispatch_batches=True`` and
+    ``split_batches=True`` (they cut packed rows apart). :func:`packlib.torch.balance_trainer`
+    gives these steps to ``transformers.Trainer`` and TRL's trainers.
     """
 
     def __init__(self, lengths, max_sequence_length, max_sequences_per_pack=None, *, rank, world_size,
                  micro_batches=1, cost=(1.0, 0.0), window=None, seed=0, drop_last=True, label_tokens=None,
-                 shared_prompt_lengths=None):
+                 shared_prompt_lengths=None, extra_costs=None):
         window = DEFAULT_WINDOW if window is None else window
         self._settings = balance_settings(lengths, max_sequence_length, max_sequences_per_pack,
                                           world_size=world_size, micro_batches=micro_batches, cost=cost,
                                           window=window, seed=seed, epoch=0, drop_last=drop_last,
-                                          shared_prompt_lengths=shared_prompt_lengths)
+                                          shared_prompt_lengths=shared_prompt_lengths, extra_costs=extra_costs)
         self._W, self._M = self._settings.world_size, self._settings.micro_batches
         self.rank = as_rank(rank, self._W)
         self.world_size, self.micro_batches = self._W, self._M
@@ -94,9 +111,12 @@ class BalancedBatchSampler:
         self._loaded = False  # a loaded position waits for the next iteration
         self._start = 0  # where the current (or last) iteration started
         self._done = True  # the last iteration ran to the end (or none began)
-        self._ahead = None  # the number of workers of a DataLoader that draws ahead of the loop
+        self._ahead = None  # why the position runs ahead of the loop (a DataLoader that draws ahead)
+        self._dealt = False  # the current iteration yields every rank's micro-batches (Accelerate deals them)
+        self._dataset = None  # the dataset of the DataLoader that drew this sampler last
         self._schedule = None
         self._step_tokens = None
+        self._given_label_tokens = label_tokens is not None
         self._label_tokens = _as_label_tokens(label_tokens, self._settings.lengths)
         self._fingerprint = self._make_fingerprint()
 
@@ -137,29 +157,87 @@ class BalancedBatchSampler:
         self._position = self._resume = self._start = 0
         self._done, self._ahead = True, None  # nothing drawn of this epoch yet
 
+    def _schedule_of(self, epoch: int):
+        """The schedule of ``epoch`` (the current one, or one other kept at a time)."""
+        if epoch == self.epoch:
+            return self.schedule
+        other = self.__dict__.setdefault("_other", {})
+        if epoch not in other:
+            other.clear()
+            other[epoch] = plan(self._settings._replace(epoch=epoch))
+        return other[epoch]
+
+    def _steps_of(self, epoch: int) -> int:
+        """Steps of ``epoch``'s schedule (counted once per epoch)."""
+        steps = self.__dict__.setdefault("_steps", {})
+        if epoch not in steps:
+            steps[epoch] = self._schedule_of(epoch).num_steps
+        return steps[epoch]
+
     def _total(self) -> int:
         return self.schedule.num_steps * self._M
 
     def __len__(self) -> int:
         if self._loaded:
-            return self._total() - self._resume
-        return self._total() - (0 if self._done else self._start)
+            n = self._total() - self._resume
+        else:
+            n = self._total() - (0 if self._done else self._start)
+        shard = accelerate_shard(sys._getframe(1), self)
+        if shard is not None:  # Accelerate deals every rank's micro-batches: it counts them all
+            self._check_processes(shard.num_processes, shard.process_index, "accelerator.prepare (BatchSamplerShard)")
+            return n * self._W
+        return n
 
     def __iter__(self):
+        drawn = drawn_by(sys._getframe(1), self)
+        self._check_drawn(drawn)
         start, self._resume, self._loaded = self._resume, 0, False
         self._position = self._start = start
-        self._done = False
-        self._ahead = _prefetching_workers(sys._getframe(1))
+        self._done, self._dealt, self._dataset = False, drawn.shard is not None, drawn.dataset
+        self._ahead = _ahead_reason(drawn)
         return self._micro_batches(start)
+
+    def _check_processes(self, num_processes, process_index, who: str) -> None:
+        if (num_processes, process_index) != (self._W, self.rank):
+            raise ValueError(
+                f"this BalancedBatchSampler was built for rank {self.rank} of world_size {self._W}, but {who} runs it "
+                f"as process {process_index} of {num_processes}: build it with rank=accelerator.process_index, "
+                "world_size=accelerator.num_processes (in a Trainer: args.process_index, args.world_size)")
+
+    def _check_drawn(self, drawn) -> None:
+        """Refuse the ways of drawing this sampler that would train the wrong micro-batches."""
+        if drawn.accelerate == "DataLoaderDispatcher":
+            raise ValueError(
+                "Accelerate's dispatch_batches=True draws this sampler on the main process and splits each batch "
+                "between the processes, which cuts packed rows apart; prepare the DataLoader with "
+                "Accelerator(dataloader_config=DataLoaderConfiguration(dispatch_batches=False))")
+        if drawn.shard is not None:
+            if drawn.shard.split_batches:
+                raise ValueError("Accelerate's split_batches=True splits each micro-batch between the processes; "
+                                 "prepare the DataLoader with split_batches=False")
+            self._check_processes(drawn.shard.num_processes, drawn.shard.process_index,
+                                  "accelerator.prepare (BatchSamplerShard)")
+        elif drawn.outer_shard is not None and drawn.outer_shard.num_processes > 1:
+            raise ValueError(
+                "Accelerate's BatchSamplerShard deals the batches of "
+                f"{type(drawn.outer_shard.batch_sampler).__name__}, "
+                "which wraps this sampler, one to each process in turn: each rank would keep one micro-batch in "
+                f"{drawn.outer_shard.num_processes} of its own plan. Pass the BalancedBatchSampler "
+                "itself as the DataLoader's batch_sampler (it then yields what Accelerate deals to each rank)")
+        elif drawn.accelerate is not None and (procs := accelerate_processes()) is not None:
+            self._check_processes(*procs, "Accelerate")
 
     def _micro_batches(self, start: int):
         s = self.schedule
         o, ix, W, M, r = s.packs.offsets, s.packs.indices, self._W, self._M, self.rank
+        ranks = range(W) if self._dealt else (r,)  # dealt: every rank's, in the order Accelerate deals them
         for i in range(start, s.num_steps * M):
             step, m = divmod(i, M)
-            k = (step * W + r) * M + m
-            self._position = i + 1
-            yield ix[o[k]:o[k + 1]].tolist()
+            for q in ranks:
+                k = (step * W + q) * M + m
+                if q == r:
+                    self._position = i + 1
+                yield ix[o[k]:o[k + 1]].tolist()
         self._done = True  # the next iteration is the whole epoch again
 
     def step_label_tokens(self):
@@ -177,12 +255,42 @@ class BalancedBatchSampler:
         if self._step_tokens is None:
             s = self.schedule
             o, ix = s.packs.offsets, s.packs.indices
-            per_sample = np.concatenate([[0], np.cumsum(self._label_tokens[ix])])
+            per_sample = np.concatenate([[0], np.cumsum(self._trained_tokens()[ix])])
             per_pack = per_sample[o[1:]] - per_sample[o[:-1]]
             self._step_tokens = per_pack.reshape(s.num_steps, self._W * self._M).sum(axis=1)
         tokens, start, M = self._step_tokens, self._start, self._M
         for i in range(start, tokens.size * M):
             yield max(int(tokens[i // M]), 1)  # a step that trains nothing: its sum is 0 too
+
+    def _trained_tokens(self) -> np.ndarray:
+        """``label_tokens`` as given; else, once, what the collator's rule trains of the dataset the
+        loader reads (when its examples carry labels or masks and ``packlib.torch`` is loaded)."""
+        d = self._dataset
+        if self._given_label_tokens or d is None or _LABEL_COUNTER is None or not hasattr(d, "__len__"):
+            return self._label_tokens
+        if len(d) != self._settings.lengths.size:
+            raise ValueError(f"the DataLoader's dataset holds {len(d):,} examples for {self._settings.lengths.size:,} "
+                             "lengths: build the sampler from the lengths of the dataset it draws from")
+        if not _plain(d):
+            counts = np.asarray(_LABEL_COUNTER(d))
+            try:
+                self._label_tokens = _as_label_tokens(counts, self._settings.lengths)
+            except ValueError as e:
+                raise ValueError(f"the trained tokens of the DataLoader's dataset do not fit the sampler's lengths: {e}"
+                                 ) from None
+        self._given_label_tokens = True  # counted once
+        return self._label_tokens
+
+    @property
+    def sampler(self):
+        """What Accelerate's ``DataLoaderShard.set_epoch`` reaches through its ``BatchSamplerShard``
+        (``batch_sampler.batch_sampler.sampler.set_epoch``): this sampler's :meth:`set_epoch`."""
+        return _EpochSetter(self)
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_dataset"] = None  # the loader's, not this sampler's
+        return state
 
     # -- checkpoints ----------------------------------------------------------------------
     def _make_fingerprint(self) -> str:
@@ -191,6 +299,8 @@ class BalancedBatchSampler:
         for groups in (s.group_lengths, s.shared_prompt_lengths):  # 2-D lengths: the groups' make-up
             if groups is not None:
                 h.update(repr(groups.shape).encode() + np.ascontiguousarray(groups, dtype="<i8").tobytes())
+        if s.extra_costs is not None:
+            h.update(b"extra_costs" + np.ascontiguousarray(s.extra_costs, dtype="<f8").tobytes())
         h.update(json.dumps([s.max_sequence_length, s.max_sequences_per_pack, s.world_size, s.micro_batches,
                              list(s.cost), s.window, s.seed, s.drop_last]).encode())
         return h.hexdigest()
@@ -206,11 +316,11 @@ class BalancedBatchSampler:
         """
         if self._ahead:
             raise RuntimeError(
-                f"this sampler is drawn by a DataLoader with num_workers={self._ahead}, which takes micro-batches "
-                f"ahead of the training loop (prefetch): its position ({self._position}) is not what the loop "
-                "consumed, and a resume from it would skip micro-batches. Use torchdata's StatefulDataLoader (a "
-                "drop-in DataLoader) and checkpoint loader.state_dict(), which holds this sampler's state at what "
-                "the loop consumed; or num_workers=0")
+                f"{self._ahead}: its position ({self._position}) is not what the loop consumed, and a resume from it "
+                "would skip micro-batches. Use torchdata's StatefulDataLoader (a drop-in DataLoader) and checkpoint "
+                "loader.state_dict(), which holds this sampler's state at what the loop consumed; or num_workers=0; "
+                "under Accelerate, resume with loader.set_epoch(epoch) and accelerator.skip_first_batches(loader, "
+                "micro-batches done in the epoch)")
         return {"version": _STATE_VERSION, "epoch": self.epoch, "position": self._position, "rank": self.rank,
                 "fingerprint": self._fingerprint}
 
@@ -274,22 +384,43 @@ def _as_label_tokens(label_tokens, lengths: np.ndarray) -> np.ndarray:
     return t
 
 
-def _prefetching_workers(frame):
-    """``num_workers`` of the ``torch.utils.data.DataLoader`` iterator calling ``iter()`` on
-    the sampler, when it draws ahead of its consumer and keeps no state of what was consumed
-    (torchdata's ``StatefulDataLoader`` does: it has ``state_dict``); else ``None``. Looks
-    only at the calling frames' ``self`` and never imports torch."""
-    loader_module = sys.modules.get("torch.utils.data.dataloader")
-    base = getattr(loader_module, "_BaseDataLoaderIter", None)
-    for _ in range(3):
-        if frame is None or base is None:
-            return None
-        owner = frame.f_locals.get("self")
-        if isinstance(owner, base):
-            workers = getattr(owner, "_num_workers", 0)
-            return workers if workers > 0 and not hasattr(owner, "state_dict") else None
-        frame = frame.f_back
+def _ahead_reason(drawn) -> str | None:
+    """Why the sampler's position runs ahead of what the training loop consumed, or ``None``."""
+    if drawn.workers:
+        return (f"this sampler is drawn by a DataLoader with num_workers={drawn.workers}, which takes micro-batches "
+                "ahead of the training loop (prefetch)")
+    if drawn.accelerate is not None and not drawn.stateful:  # a stateful loader's state accounts for it
+        return ("this sampler is drawn through Accelerate's prepared DataLoader, which takes one micro-batch ahead of "
+                "the training loop to know the last one")
     return None
+
+
+def set_label_counter(count) -> None:
+    """Install ``count(dataset) -> trained tokens per example``: the adapter of the collator
+    (``packlib.torch``) installs its rule when imported, so :meth:`BalancedBatchSampler.step_label_tokens`
+    counts what that collator trains of the dataset the loader reads (the core imports no adapter)."""
+    global _LABEL_COUNTER
+    _LABEL_COUNTER = count
+
+
+_LABEL_COUNTER = None
+_PLAIN_KEYS = frozenset({"input_ids"})  # an example of these keys only trains length - 1 tokens
+
+
+def _plain(dataset) -> bool:
+    """The dataset's examples hold token ids alone (so each trains ``length - 1`` tokens)."""
+    names = getattr(dataset, "column_names", None)  # a datasets.Dataset: its columns, without reading a row
+    if isinstance(names, (list, tuple)):
+        return set(names) <= _PLAIN_KEYS
+    first = dataset[0] if len(dataset) else None
+    return not hasattr(first, "keys") or set(first.keys()) <= _PLAIN_KEYS
+
+
+class _EpochSetter:
+    """A sampler's ``set_epoch`` under the name Accelerate looks for."""
+
+    def __init__(self, sampler):
+        self.set_epoch = sampler.set_epoch
 
 
 BalancedBatchSampler.__module__ = "packlib"  # pickles and reprs name the public path, which never moves

@@ -30,8 +30,8 @@ class Schedule:
         ``(a, b)``: a sequence of ``l`` tokens costs ``a * l + b * l**2``.
     seed, epoch, window : int
     sample_costs : float64 array or None
-        Each sample's cost when samples are groups (2-D lengths); ``None``: ``a * l + b * l**2``
-        of its length.
+        Each sample's cost when samples are groups (2-D lengths) or carry ``extra_costs``;
+        ``None``: ``a * l + b * l**2`` of its length.
     """
 
     packs: Packs

@@ -47,6 +47,7 @@ class BalanceSettings(NamedTuple):
     drop_last: bool
     group_lengths: np.ndarray | None = None  # int64 (n, k): each group's sequence lengths (0: absent)
     shared_prompt_lengths: np.ndarray | None = None  # int64 (n,): each group's prompt, laid out once
+    extra_costs: np.ndarray | None = None  # float64 (n,): each sample's cost besides its tokens' (its images')
 
 
 def as_rank(r, world_size: int) -> int:
@@ -110,12 +111,13 @@ def as_groups(lengths, L: int, shared_prompt_lengths):
 
 def item_costs(s: BalanceSettings) -> np.ndarray:
     """Each sample's cost (float64): ``a * l + b * l**2``; a group's, the sum of its
-    sequences' costs, less ``(k - 1)`` times its shared prompt's."""
+    sequences' costs, less ``(k - 1)`` times its shared prompt's; plus its ``extra_costs``."""
     from .._kernels.balance import sequence_costs
 
     a, b = s.cost
     if s.group_lengths is None:
-        return sequence_costs(s.lengths, a, b)
+        costs = sequence_costs(s.lengths, a, b)
+        return costs if s.extra_costs is None else costs + s.extra_costs
     m = s.group_lengths
     per = sequence_costs(m.reshape(-1), a, b).reshape(m.shape)
     per[m == 0] = 0.0
@@ -123,11 +125,11 @@ def item_costs(s: BalanceSettings) -> np.ndarray:
     if s.shared_prompt_lengths is not None:
         shared = (m > 0).sum(axis=1) - 1
         costs -= shared * sequence_costs(s.shared_prompt_lengths, a, b)
-    return costs
+    return costs if s.extra_costs is None else costs + s.extra_costs
 
 
 def balance_settings(lengths, max_sequence_length, max_sequences_per_pack, *, world_size, micro_batches, cost,
-                     window, seed, epoch, drop_last, shared_prompt_lengths=None) -> BalanceSettings:
+                     window, seed, epoch, drop_last, shared_prompt_lengths=None, extra_costs=None) -> BalanceSettings:
     """Every argument of :func:`packlib.balance`, checked once."""
     from ..packing import MAX_BFD_LENGTH
 
@@ -158,8 +160,20 @@ def balance_settings(lengths, max_sequence_length, max_sequences_per_pack, *, wo
     if drop_last and lens.size < W * M:
         raise ValueError(f"{lens.size:,} samples cannot fill one step of {W} ranks x {M} micro-batches with "
                          "drop_last=True; pass drop_last=False, or use fewer ranks or micro-batches")
+    extra = None if extra_costs is None else as_extra_costs(extra_costs, lens.size)
     return BalanceSettings(lens, L, as_depth(max_sequences_per_pack), W, M, as_cost(cost), window, as_seed(seed),
-                           as_nonnegative_int(epoch, "epoch"), drop_last, groups, prompts)
+                           as_nonnegative_int(epoch, "epoch"), drop_last, groups, prompts, extra)
+
+
+def as_extra_costs(extra_costs, n: int) -> np.ndarray:
+    """``extra_costs`` checked: ``n`` finite costs ``>= 0`` (float64)."""
+    extra = as_float_array(extra_costs, "extra_costs")
+    if extra.ndim != 1 or extra.size != n:
+        raise ValueError(f"extra_costs holds {extra.size} values for {n} samples: give one cost per sample")
+    if (extra < 0).any():
+        i = int(np.flatnonzero(extra < 0)[0])
+        raise ValueError(f"extra_costs[{i}] = {extra[i]} is negative: every sample's extra cost must be >= 0")
+    return extra
 
 
 def epoch_seed(seed: int, epoch: int):

@@ -14,6 +14,8 @@ Submodules (each imported on first use; optional dependencies only inside them):
   TRL's ``seq_lengths`` column (needs ``pyarrow``; ``datasets`` for datasets).
 - :mod:`~packlib.formats.megatron_sft`: Megatron-Bridge / NeMo packed SFT files (the
   ``.npy`` ``GPTSFTPackedDataset`` reads, and its metadata; needs ``pyarrow``).
+- :mod:`~packlib.formats.megatron_cp`: Megatron-LM's dynamic context parallelism scheduled by
+  :func:`packlib.plan_cp_step` (``DynamicCPScheduler``, Megatron's scheduler interface).
 
 >>> import packlib
 >>> packlib.formats.varlen.cu_seqlens([3, 5, 2]).tolist()
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 from importlib import import_module
 
-_SUBMODULES = ("tfrecord", "example", "mlperf_bert", "hdf5", "varlen", "arrow", "megatron_sft")
+_SUBMODULES = ("tfrecord", "example", "mlperf_bert", "hdf5", "varlen", "arrow", "megatron_sft", "megatron_cp")
 _EXPORTS = {
     "read_tfrecord": "tfrecord",
     "write_tfrecord": "tfrecord",

@@ -38,7 +38,7 @@ def _output_second(args, kwargs):
 
 @deprecated_call(_output_second)
 def pack_files(inputs, max_sequence_length=None, max_sequences_per_pack=None, *, output, seq_length=None,
-               columns=None, method: str = "bfd", overflow: str = "error", position_ids: bool = True,
+               columns=None, carry=None, method: str = "bfd", overflow: str = "error", position_ids: bool = True,
                fold_masks: bool = True, engine: str = "local",
                workers: int | None = None, ray_address: str | None = None, rows_per_file: int | None = None,
                seed: int = 0, progress: bool | None = None, verify: bool = True) -> PackResult:
@@ -61,6 +61,13 @@ def pack_files(inputs, max_sequence_length=None, max_sequences_per_pack=None, *,
     columns : list of str, optional
         The list columns to pack together (default: every list column; the other columns
         are left out and listed in ``left_out_columns``).
+    carry : list of str, optional
+        Columns carried whole with their rows, not packed token by token (``pixel_values``
+        and ``image_grid_thw`` of processed vision-language data, encoded images): each
+        packed row holds its rows' values end to end, in its rows' order, as
+        :func:`packlib.formats.arrow.pack_table` carries them; read and written a part at a
+        time like the tokens, and checked pack by pack by ``verify``. Output files are
+        sized on tokens and carried bytes together. Needs ``overflow="error"``.
     method : str, default "bfd"
         A name from :func:`packlib.methods.names`.
     overflow : {"error", "truncate", "split"}, default "error"
@@ -108,7 +115,7 @@ def pack_files(inputs, max_sequence_length=None, max_sequences_per_pack=None, *,
         running, and the caller's signal handlers are as they were.
     """
     return _FilesRun(inputs, output, max_sequence_length, max_sequences_per_pack, seq_length=seq_length,
-                     columns=columns, method=method, overflow=overflow, position_ids=position_ids,
+                     columns=columns, carry=carry, method=method, overflow=overflow, position_ids=position_ids,
                      fold_masks=fold_masks, engine=engine, workers=workers,
                      ray_address=ray_address, rows_per_file=rows_per_file, seed=seed, progress=progress,
                      verify=verify).run()
@@ -117,10 +124,11 @@ def pack_files(inputs, max_sequence_length=None, max_sequences_per_pack=None, *,
 class _FilesRun:
     """One run of :func:`pack_files`: options checked once in ``__init__``, then the passes."""
 
-    def __init__(self, inputs, output, max_sequence_length, max_sequences_per_pack, *, seq_length, columns, method,
+    def __init__(self, inputs, output, max_sequence_length, max_sequences_per_pack, *, seq_length, columns, carry, method,
                  overflow, position_ids, fold_masks, engine, workers, ray_address, rows_per_file, seed, progress,
                  verify):
         from .. import methods
+        from ..formats.arrow._carry import carry_names, refuse_cut
         from .._validate import as_bool, as_capacity, as_choice, as_depth, as_positive_int, as_seed
 
         self.t_start = time.perf_counter()
@@ -140,6 +148,8 @@ class _FilesRun:
             raise TypeError(f"ray_address must be a str such as 'auto', got {type(ray_address).__name__}")
         self.ray_address = ray_address
         self.columns = _as_columns(columns)
+        self.carry = tuple(carry_names(carry))
+        refuse_cut(self.carry, self.overflow)
         self.out = check_output(output)
         self.inputs = inputs
         self.seconds, self.peaks = {}, {}
@@ -181,6 +191,7 @@ class _FilesRun:
     # -- inputs and schema ------------------------------------------------------------------
     def read_schema(self) -> None:
         from ..formats import arrow as A
+        from ..formats.arrow._carry import carried_columns
         from ..formats.arrow._columns import refuse_packed_position_ids
         from ..formats.arrow._labels import folded_masks
         from ._tasks import type_key
@@ -190,15 +201,17 @@ class _FilesRun:
         schema = read_schema(self.shards[0])
         columns = self.columns
         if columns is None:  # every list column; the others are left out (and the summary says so)
-            columns = [f.name for f in schema if _is_list_type(f.type)] or None
+            columns = [f.name for f in schema if _is_list_type(f.type) and f.name not in self.carry] or None
         try:
             self.cols = list(A.select_list_columns(schema, columns))
+            carried_columns(schema, self.carry, self.cols)
             refuse_packed_position_ids(self.cols, self.position_ids)
         except (ValueError, TypeError) as exc:
             raise InputError(f"{self.shards[0].path}: {exc}") from None
         self.folded = tuple(folded_masks(self.cols)) if self.fold_masks else ()
-        self.left_out = tuple(n for n in schema.names if n not in self.cols)
+        self.left_out = tuple(n for n in schema.names if n not in self.cols and n not in self.carry)
         self.types = tuple(type_key(schema.field(c).type) for c in self.cols)
+        self.carry_types = tuple(type_key(schema.field(c).type) for c in self.carry)
         self.token_bytes = _token_bytes(schema, self.cols)
 
     # -- pass 1: lengths --------------------------------------------------------------------
@@ -206,12 +219,14 @@ class _FilesRun:
         from ._tasks import Job, lengths_task
 
         self.job = Job(tuple(self.shards), tuple(self.cols), self.types, self.L, self.overflow, self.work, 0,
-                       cache_inputs=_CACHE_INPUTS, position_ids=self.position_ids, folded_masks=self.folded)
+                       cache_inputs=_CACHE_INPUTS, position_ids=self.position_ids, folded_masks=self.folded,
+                       carry=self.carry, carry_types=self.carry_types)
         res = self.eng.map(lengths_task, [(self.job, i) for i in range(len(self.shards))], "pass 1: lengths",
                            self.progress, unit="file")
         self.note(res)
         self.row_counts = np.array([r[0].size for r in res], dtype=np.int64)
         self.null_rows = int(sum(r[1] for r in res))
+        self.carried_bytes = int(sum(r[2] for r in res))
         self.lengths = np.concatenate([r[0] for r in res]).astype(np.int64)
 
     # -- plan -------------------------------------------------------------------------------
@@ -230,10 +245,12 @@ class _FilesRun:
         self.packs = methods._pack(self.seg_len, L, self.depth, self.method, self.seed)
         self.shuffled = self.packs.shuffled(self.seed)
         P = self.shuffled.num_packs
-        R = self.rows_per_file or max(1, _FILE_TARGET_BYTES // (L * self.token_bytes))
+        # a pack's bytes: its tokens, and the carried bytes of as many tokens on average (the
+        # same figure however the rows are split into files, so the output is too)
+        pack_bytes = L * self.token_bytes + -(-self.carried_bytes * L // max(1, int(self.seg_len.sum())))
+        R = self.rows_per_file or max(1, _FILE_TARGET_BYTES // pack_bytes)
         self.R, self.F = R, -(-P // R)
-        self.job = replace(self.job, num_files=self.F,
-                           row_group_rows=max(1, min(R, (16 << 20) // (L * self.token_bytes))))
+        self.job = replace(self.job, num_files=self.F, row_group_rows=max(1, min(R, (16 << 20) // pack_bytes)))
 
     # -- pass 2a: spill ---------------------------------------------------------------------
     def spill(self) -> None:
@@ -255,6 +272,7 @@ class _FilesRun:
         del tasks, pos_of_seg, file_of_seg
         self.note(res)
         self.in_hashes = np.concatenate([r[1] for r in res])
+        self.in_carried = tuple(np.concatenate([r[2][k] for r in res]) for k in (0, 1))
         self.sources = _sources_by_file([r[0] for r in res], self.F)
         for s in range(S):
             if os.path.exists(self.job.cache_path(s)):
@@ -283,6 +301,23 @@ class _FilesRun:
         if got.size != self.in_hashes.size or not np.array_equal(got, self.in_hashes):
             raise VerifyError(f"the packed output does not hold every input sequence exactly once "
                               f"({got.size:,} sequences written, {self.in_hashes.size:,} read); nothing was written")
+        if self.carry:
+            self.verify_carried([np.concatenate([r[1][k] for r in res]) for k in (0, 1)])
+
+    def verify_carried(self, got) -> None:
+        """Every pack holds its sequences' carried values, in their order (hashes and counts
+        predicted from the input side against those read back, pack by pack)."""
+        from ._carried import pack_hashes
+
+        order, offs = self.shuffled.indices, self.shuffled.offsets
+        for j, c in enumerate(self.carry):
+            want = pack_hashes(self.in_carried[0][:, j], self.in_carried[1][:, j], order, offs)
+            bad = np.flatnonzero((want[0] != got[0][:, j]) | (want[1] != got[1][:, j]))
+            if bad.size:
+                p = int(bad[0])
+                raise VerifyError(f"{self.job.part_name(p // self.R)}: packed row {p % self.R}: its {c!r} does not hold "
+                                  f"its sequences' {c!r} in their order ({bad.size:,} packed rows differ); nothing "
+                                  "was written")
 
     # -- commit -----------------------------------------------------------------------------
     def write_metadata(self) -> None:
@@ -292,7 +327,7 @@ class _FilesRun:
         self.names = [self.job.part_name(f) for f in range(self.F)]
         meta = _metadata(self.shards, self.row_counts, self.cols, self.left_out, self.L, self.depth, self.method.name,
                          self.overflow, self.seed, self.R, self.packs, self.segs, self.names, self.file_stats,
-                         self.null_rows, self.position_ids, self.folded)
+                         self.null_rows, self.position_ids, self.folded, self.carry)
         with open(os.path.join(self.work, METADATA_NAME), "w", encoding="utf-8") as fh:
             json.dump(meta, fh, indent=1)
             fh.write("\n")
@@ -313,7 +348,7 @@ class _FilesRun:
             workers=self.eng.workers, seconds=self.seconds,
             peak_memory=int(sum(self.peaks.values())), peak_memory_by_process=self.peaks,
             verified=self.verify_output, packs=self.packs, null_rows=self.null_rows, position_ids=self.position_ids,
-            folded_masks=self.folded)
+            folded_masks=self.folded, carried_columns=self.carry)
 
 
 def _as_columns(columns):

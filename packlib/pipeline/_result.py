@@ -44,6 +44,8 @@ class PackResult:
         Whether the output has ``position_ids``.
     folded_masks : tuple of str
         The masks folded into the output's ``labels`` (empty: none were).
+    carried_columns : tuple of str
+        The columns carried whole with their rows (``carry=``; empty: none).
     """
 
     output: str
@@ -69,11 +71,12 @@ class PackResult:
     null_rows: int = 0
     position_ids: bool = False
     folded_masks: tuple = ()
+    carried_columns: tuple = ()
 
     @property
     def output_columns(self) -> tuple:
         """The columns of every output file, in order."""
-        return _output_columns(self.columns, self.position_ids, self.folded_masks)
+        return _output_columns(self.columns, self.position_ids, self.folded_masks, self.carried_columns)
 
     @property
     def efficiency(self) -> float:
@@ -100,6 +103,8 @@ class PackResult:
         if self.folded_masks:
             lines.append(f"labels: -100 wherever {' or '.join(self.folded_masks)} is 0 (kept through a Trainer's "
                          "column filter, which drops the masks)")
+        if self.carried_columns:
+            lines.append(f"carried whole with their rows: {', '.join(self.carried_columns)}")
         if self.left_out_columns:
             lines.append(f"left out (not list columns, or not selected): {', '.join(self.left_out_columns)}")
         if self.dropped_rows or self.truncated_tokens:
@@ -116,7 +121,8 @@ class PackResult:
     def to_dict(self) -> dict:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("packs", "peak_memory_by_process")}
         d.update(files=list(self.files), columns=list(self.columns), left_out_columns=list(self.left_out_columns),
-                 folded_masks=list(self.folded_masks), efficiency=self.efficiency)
+                 folded_masks=list(self.folded_masks), carried_columns=list(self.carried_columns),
+                 efficiency=self.efficiency)
         return d
 
     def __repr__(self) -> str:
@@ -128,22 +134,25 @@ def _count(n: int, unit: str) -> str:
     return f"{n:,} {unit}{'' if n == 1 else 's'}"
 
 
-def _output_columns(cols, position_ids, folded_masks) -> tuple:
-    """The packed columns, ``seq_lengths``, ``position_ids`` if added, ``labels`` if folding adds it."""
+def _output_columns(cols, position_ids, folded_masks, carried=()) -> tuple:
+    """The packed columns, ``seq_lengths``, ``position_ids`` if added, the carried columns,
+    ``labels`` if folding adds it (the order of :func:`packlib.formats.arrow.pack_table`)."""
     extra = ("position_ids",) if position_ids else ()
+    extra += tuple(carried)
     extra += ("labels",) if folded_masks and "labels" not in cols else ()
     return (*cols, "seq_lengths", *extra)
 
 
 def _metadata(shards, row_counts, cols, left_out, L, depth, method, overflow, seed, R, packs, segs, names, stats,
-              null_rows=0, position_ids=False, folded_masks=()):
+              null_rows=0, position_ids=False, folded_masks=(), carried=()):
     tokens = int(packs.num_tokens)
     P = packs.num_packs
     return {
         "format": "packlib packed parquet",
-        "columns": list(_output_columns(cols, position_ids, folded_masks)),
+        "columns": list(_output_columns(cols, position_ids, folded_masks, carried)),
         "position_ids": bool(position_ids),
         "folded_masks": list(folded_masks),
+        "carried_columns": list(carried),
         "left_out_columns": list(left_out),
         "inputs": [{"path": s.path, "rows": int(n)} for s, n in zip(shards, row_counts)],
         "options": {"max_sequence_length": L, "max_sequences_per_pack": depth, "method": method,

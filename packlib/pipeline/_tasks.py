@@ -48,6 +48,13 @@ class Job:
     cache_inputs: bool = True  # pass 1 copies Parquet / TFRecord shards to Arrow IPC for pass 2
     position_ids: bool = False  # the output gets position_ids (0, 1, ... restarting at every sequence)
     folded_masks: tuple = ()  # the masks folded into the output's labels (-100 where one is 0)
+    carry: tuple = ()  # columns carried whole with their rows (overflow "error": a segment is a row)
+    carry_types: tuple = ()  # str(pyarrow type) per carried column
+
+    @property
+    def read_columns(self) -> list:
+        """The columns every pass reads from an input: the packed ones, then the carried ones."""
+        return list(self.columns) + list(self.carry)
 
     @property
     def hashed_columns(self) -> tuple:
@@ -153,10 +160,10 @@ def type_key(t) -> str:
 
 
 def check_schema(job: Job, shard: Shard, schema) -> None:
-    for c, t in zip(job.columns, job.column_types):
+    for c, t in zip(job.columns + job.carry, job.column_types + job.carry_types):
         if c not in schema.names:
             raise InputError(f"{shard.path}: no column {c!r} (it has {', '.join(schema.names)}); "
-                             "pass --columns naming columns every input has")
+                             f"pass {'--carry' if c in job.carry else '--columns'} naming columns every input has")
         if type_key(schema.field(c).type) != t:
             raise InputError(f"{shard.path}: column {c!r} is {type_key(schema.field(c).type)}, but {t} in the first input; "
                              "give inputs with one schema")
@@ -211,24 +218,27 @@ def lengths_task(job: Job, i: int):
 
     from ..formats import arrow as A
 
+    from ._carried import carried_bytes
+
     shard = job.shards[i]
     check_schema(job, shard, read_schema(shard))
     cols = list(job.columns)
     cache = job.cached(shard)
-    parts, r0, nulls = [np.zeros(0, dtype=np.int64)], 0, 0
+    parts, r0, nulls, carried = [np.zeros(0, dtype=np.int64)], 0, 0, 0
     with _StagedIpcFile(job.cache_path(i)) as copy:
-        for batch in iter_batches(shard, cols):
+        for batch in iter_batches(shard, job.read_columns):
             stop_check()
             try:
                 parts.append(np.asarray(A.row_lengths(batch, cols, first_row=r0), dtype=np.int64))
             except (ValueError, TypeError) as exc:
                 raise InputError(f"{shard.path}: {exc}") from None
             nulls += A.null_rows(batch, cols[0])
+            carried += sum(carried_bytes(batch.column(c)) for c in job.carry)
             r0 += batch.num_rows
             if cache:
                 copy.write(batch)
         if cache:
-            copy.commit(pa.schema([read_schema(shard).field(c) for c in cols]))
+            copy.commit(pa.schema([read_schema(shard).field(c) for c in job.read_columns]))
     lengths = np.concatenate(parts)
     L = job.max_sequence_length
     if job.overflow == "error" and lengths.size and lengths.max() > L:
@@ -238,7 +248,7 @@ def lengths_task(job: Job, i: int):
                          "(cut it into pieces), or raise --max-sequence-length")
     if lengths.size and lengths.max() >= 2**31:
         raise InputError(f"{shard.path}: a row has 2**31 tokens or more")
-    return lengths.astype(np.int32), nulls, _peak()
+    return lengths.astype(np.int32), nulls, carried, _peak()
 
 
 # --------------------------------------------------------------------------------------
@@ -247,24 +257,28 @@ def lengths_task(job: Job, i: int):
 def spill_task(job: Job, i: int, num_rows: int, seg_row, seg_start, seg_len, seg_pos, seg_file):
     """Pass 2a: write shard ``i``'s segments to its spill file, grouped by output file.
 
-    Returns ``(file_of_batch, hashes, peak)``: the output file of each spilled batch, the
-    content hash of each of the shard's segments (input side of the exactly-once check).
+    Returns ``(file_of_batch, hashes, carried, peak)``: the output file of each spilled
+    batch, the content hash of each of the shard's segments (input side of the exactly-once
+    check), and ``(hashes, counts)`` of each segment's carried values (one column per
+    carried column; see :mod:`packlib.pipeline._carried`).
     """
     pause_point("spill")
     import pyarrow as pa
 
+    from ._carried import run_hashes
     from ._hash import hash_into, list_values, single_chunk
 
     shard = job.shards[i]
     cols = list(job.columns)
     nseg = seg_row.size
     hashes = np.zeros(nseg, dtype=np.uint64)
+    carried = (np.zeros((nseg, len(job.carry)), np.uint64), np.zeros((nseg, len(job.carry)), np.int64))
     file_of_batch = []
 
     r0 = k = 0
     with _StagedIpcFile(job.spill_path(i)) as spill:
         source = Shard(job.cache_path(i), "arrow-file") if job.cached(shard) else shard
-        for batch in iter_batches(source, cols):
+        for batch in iter_batches(source, job.read_columns):
             stop_check()
             r1 = r0 + batch.num_rows
             k2 = int(np.searchsorted(seg_row, r1, side="left"))
@@ -279,6 +293,9 @@ def spill_task(job: Job, i: int, num_rows: int, seg_row, seg_start, seg_len, seg
                 if rows.size and (a + ln > offs[rows + 1]).any():
                     raise InputError(f"{shard.path}: the file changed while it was being packed; run again")
                 hash_into(h, a, a + ln, values)
+            for j, c in enumerate(job.carry):  # overflow "error": each segment is its row, whole
+                ch, cn = run_hashes(table.column(c))
+                carried[0][k:k2, j], carried[1][k:k2, j] = ch[rows], cn[rows]
             if rows.size:
                 f = seg_file[k:k2]
                 order = np.argsort(f, kind="stable")
@@ -287,7 +304,10 @@ def spill_task(job: Job, i: int, num_rows: int, seg_row, seg_start, seg_len, seg
                 g = _gather(table, cols, np.ascontiguousarray(rows[order], dtype=np.int64),
                             np.ascontiguousarray(st[order], dtype=np.int64), np.ascontiguousarray(ln[order], dtype=np.int64),
                             np.arange(rows.size + 1, dtype=np.int64), False)
-                g = g.select(cols).append_column(POS, as_arrow(seg_pos[k:k2][order]))
+                g = g.select(cols)
+                for c in job.carry:
+                    g = g.append_column(c, table.column(c).take(as_arrow(rows[order].astype(np.int64))))
+                g = g.append_column(POS, as_arrow(seg_pos[k:k2][order]))
                 cuts = np.flatnonzero(np.diff(fs)) + 1
                 bounds = np.concatenate(([0], cuts, [fs.size]))
                 batches = g.to_batches()
@@ -301,7 +321,7 @@ def spill_task(job: Job, i: int, num_rows: int, seg_row, seg_start, seg_len, seg
             raise InputError(f"{shard.path}: has {r0} rows now but {num_rows} in pass 1; "
                              "the file changed while it was being packed; run again")
         spill.commit()
-    return np.asarray(file_of_batch, dtype=np.int32), hashes, _peak()
+    return np.asarray(file_of_batch, dtype=np.int32), hashes, carried, _peak()
 
 
 # --------------------------------------------------------------------------------------
@@ -326,6 +346,7 @@ def assemble_task(job: Job, f: int, sources, pack_offsets, first_pos: int):
     if schema is None:
         raise PipelineError(f"internal error: no spilled data for output file {f}")
     table = pa.Table.from_batches(batches, schema)
+    del batches  # the table holds the spilled buffers
     pos = as_numpy(table.column(POS))
     order = np.argsort(pos, kind="stable")
     if pos.size != n or not np.array_equal(pos[order], np.arange(first_pos, first_pos + n)):
@@ -337,14 +358,25 @@ def assemble_task(job: Job, f: int, sources, pack_offsets, first_pos: int):
     # whole spilled segments, in the order the plan checked: gathered without a second check
     out = _gather(table, cols, order.astype(np.int64), np.zeros(n, dtype=np.int64), ln,
                   np.ascontiguousarray(pack_offsets, dtype=np.int64), job.position_ids)
-    del table, batches
-    out = job.folded(out)
-    if any(col.num_chunks > 1 for col in out.columns):
-        out = out.combine_chunks()
+    carried = {}
+    for c in job.carry:  # one chunk each (a take from a chunked column would join its chunks every time);
+        carried[c] = table.column(c).combine_chunks()  # the spilled chunks are freed as each is dropped
+        table = table.drop_columns([c])
+    del table
+    if not job.carry:
+        out = job.folded(out)
+        if any(col.num_chunks > 1 for col in out.columns):
+            out = out.combine_chunks()
     path = job.part_path(f)
     tmp = f"{path}.tmp{os.getpid()}"
     try:
-        pq.write_table(out, tmp, row_group_size=job.row_group_rows, **PARQUET_OPTIONS)
+        if job.carry:  # a row group at a time: the carried values are copied into packs one group at a time
+            from ._carried import write_with_carried
+
+            write_with_carried(tmp, out, carried, order.astype(np.int64), np.asarray(pack_offsets, dtype=np.int64),
+                               job.row_group_rows, job.folded, PARQUET_OPTIONS)
+        else:
+            pq.write_table(out, tmp, row_group_size=job.row_group_rows, **PARQUET_OPTIONS)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -377,20 +409,27 @@ def segment_hashes(table, columns, max_sequence_length=None, max_sequences_per_p
 
 
 def verify_task(job: Job, f: int, max_sequences_per_pack):
-    """Re-read output file ``f``; returns ``(sorted segment hashes, tokens, peak)``."""
+    """Re-read output file ``f``; returns ``(sorted segment hashes, carried, peak)``, where
+    ``carried`` is ``(hashes, counts)`` of each packed row's carried values, in row order."""
     pause_point("verify")
     import pyarrow.parquet as pq
 
     import pyarrow as pa
 
+    from ._carried import run_hashes
+
     path = job.part_path(f)
     hashes = [np.zeros(0, dtype=np.uint64)]
+    carried = ([np.zeros((0, len(job.carry)), np.uint64)], [np.zeros((0, len(job.carry)), np.int64)])
     with pq.ParquetFile(path, pre_buffer=False) as pf:
-        for b in pf.iter_batches(batch_size=job.row_group_rows, columns=list(job.hashed_columns) + ["seq_lengths"],
-                                 use_threads=False):
+        for b in pf.iter_batches(batch_size=job.row_group_rows, use_threads=False,
+                                 columns=list(job.hashed_columns) + ["seq_lengths"] + list(job.carry)):
             stop_check()
             hashes.append(segment_hashes(pa.Table.from_batches([b]), job.hashed_columns, job.max_sequence_length,
                                          max_sequences_per_pack, where=f"{path}: "))
+            runs = [run_hashes(b.column(c)) for c in job.carry]
+            carried[0].append(np.stack([r[0] for r in runs], axis=1) if runs else carried[0][0])
+            carried[1].append(np.stack([r[1] for r in runs], axis=1) if runs else carried[1][0])
     h = np.concatenate(hashes)
     h.sort()
-    return h, _peak()
+    return h, (np.concatenate(carried[0]), np.concatenate(carried[1])), _peak()

@@ -29,6 +29,13 @@ def _positive(text: str) -> int:
     return v
 
 
+def _names(text: str) -> list:
+    names = [n.strip() for n in text.split(",")]
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"must be column names separated by commas, got {text!r}")
+    return names
+
+
 def _depth(text: str):
     if text.lower() in ("none", "unlimited"):
         return None
@@ -55,6 +62,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-sequence-length", "--seq-length", dest="max_sequence_length", type=_positive,
                         required=True, metavar="N", help="pack capacity in tokens (--seq-length: TRL's name)")
     parser.add_argument("--columns", nargs="+", metavar="C", help="list columns to pack together (default: every list column)")
+    parser.add_argument("--carry", type=_names, action="extend", default=None, metavar="C[,C...]",
+                        help="columns carried whole with their rows, not packed token by token (e.g. "
+                             "pixel_values,image_grid_thw, or encoded images); needs --overflow error")
     parser.add_argument("--method", default=None, choices=list(methods.names()) + ["nnlshp"],
                         help="packing method (default bfd; optimal with --format megatron-sft)")
     parser.add_argument("--max-sequences-per-pack", type=_depth, default=None, metavar="K",
@@ -112,6 +122,10 @@ def run(args: argparse.Namespace) -> int:
         print("error: --no-position-ids and --no-fold-masks go with --format parquet (megatron-sft writes "
               "Megatron-Bridge's own columns)", file=sys.stderr)
         return 2
+    if megatron and getattr(args, "carry", None):
+        print("error: --carry goes with --format parquet (Megatron-Bridge's packed file holds tokens only)",
+              file=sys.stderr)
+        return 2
     args.method = args.method or ("optimal" if megatron else "bfd")
     with armed():  # SIGINT, SIGTERM, SIGHUP: one line and 128 + signal; after publishing, the command ends as it would
         return _run_megatron_sft(args) if megatron else _run_files(args)
@@ -123,7 +137,7 @@ def _run_files(args: argparse.Namespace) -> int:
 
     try:
         result = pack_files(args.inputs, args.max_sequence_length, args.max_sequences_per_pack, output=args.output,
-                            columns=args.columns, method=args.method, overflow=args.overflow,
+                            columns=args.columns, carry=getattr(args, "carry", None), method=args.method, overflow=args.overflow,
                             position_ids=getattr(args, "position_ids", True),
                             fold_masks=getattr(args, "fold_masks", True), engine=args.engine, workers=args.workers,
                             ray_address=args.ray_address,

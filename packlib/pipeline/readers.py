@@ -177,12 +177,22 @@ def _open_ipc(shard: Shard):
 _BATCH_BYTES = 8 << 20  # about this many bytes of a shard in memory at a time
 
 
-def _parquet_batch_rows(f, batch_rows):
+def _parquet_batch_rows(f, batch_rows, columns=None):
+    """Rows per batch so that a batch of ``columns`` (all: None) holds about ``_BATCH_BYTES``
+    (one row at least: a row of images can be larger than that alone)."""
     md = f.metadata
     rows = sum(md.row_group(i).num_rows for i in range(md.num_row_groups))
-    size = sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups))
+    wanted = None if columns is None else set(columns)
+    size = 0
+    for i in range(md.num_row_groups):
+        rg = md.row_group(i)
+        if wanted is None:
+            size += rg.total_byte_size
+        else:
+            size += sum(rg.column(j).total_uncompressed_size for j in range(rg.num_columns)
+                        if rg.column(j).path_in_schema.split(".")[0] in wanted)
     if rows and size:
-        return max(16, min(batch_rows, int(_BATCH_BYTES * rows / size)))
+        return max(1, min(batch_rows, int(_BATCH_BYTES * rows / size)))
     return batch_rows
 
 
@@ -222,7 +232,7 @@ def iter_batches(shard: Shard, columns, batch_rows: int = 65536):
             import pyarrow.parquet as pq
 
             with pq.ParquetFile(shard.path, pre_buffer=False) as f:
-                rows = _parquet_batch_rows(f, batch_rows)
+                rows = _parquet_batch_rows(f, batch_rows, columns)
                 yield from f.iter_batches(batch_size=rows, columns=list(columns), use_threads=False)
         elif shard.kind in ("arrow-stream", "arrow-file"):
             reader = _open_ipc(shard)

@@ -16,10 +16,18 @@ object here is used, so ``import packlib.torch`` works without it.
 - Preference pairs and groups of completions (TRL's ``prompt_ids`` with ``chosen_ids`` /
   ``rejected_ids``, or ``completion_ids``) collate into one padding-free row too, the prompt
   per sequence or laid out once (``share_prompt=True``); :func:`sequence_logps` reads each
-  sequence's summed completion log-probabilities from the logits, in TRL's order;
+  sequence's summed completion log-probabilities from the logits, in TRL's order,
+  :func:`token_logps` each completion token's (GRPO's ``per_token_logps``) and
+  :func:`sequence_scores` a reward model's score of each sequence;
   :func:`shared_prompt_mask` / :func:`shared_prompt_block_mask` are the tree's masks and
   :func:`model_inputs` the batch without the loss's keys (docs/preference.md).
+- :class:`VisionPackedCollator` packs Qwen2-VL / Qwen2.5-VL / Qwen3-VL examples with images
+  into one row the model computes as each example alone (mRoPE positions per example);
+  :func:`image_grid_thw` gives an image's grid from its size before processing and
+  :func:`calibrate_vision_cost` the vision tower's cost per image (docs/multimodal.md).
 - :class:`CheckpointableDataset` wraps a checkpointable iterator as an ``IterableDataset``.
+- :func:`balance_trainer` makes a ``transformers.Trainer`` (or TRL's) train the balanced
+  steps of a :class:`packlib.BalancedBatchSampler` (docs/training.md).
 
 >>> from packlib.torch import PackedCollator
 >>> batch = PackedCollator()([{"input_ids": [5, 6, 7]}, {"input_ids": [8, 9]}])
@@ -38,13 +46,18 @@ from ._calibrate import CostFit, calibrate_cost, calibration_rows
 from ._checkpoint import ITERABLE_NAME, CheckpointableDataset, iterable_dataset_class
 from ._collator import PackedCollator
 from ._examples import label_tokens
-from ._logps import sequence_logps
+from ._logps import sequence_logps, token_logps
 from ._masks import block_causal_mask
 from ._preference import model_inputs, shared_prompt_block_mask, shared_prompt_mask
+from ._scores import sequence_scores
+from ._trainer import balance_trainer
+from ._vision import VisionPackedCollator
+from ._vision_plan import calibrate_vision_cost, image_grid_thw
 
 __all__ = ["PackedCollator", "block_causal_mask", "CheckpointableDataset", "label_tokens", "sequence_logps",
+           "token_logps", "sequence_scores",
            "model_inputs", "shared_prompt_mask", "shared_prompt_block_mask", "calibrate_cost", "calibration_rows",
-           "CostFit"]
+           "CostFit", "VisionPackedCollator", "calibrate_vision_cost", "image_grid_thw", "balance_trainer"]
 
 
 def __getattr__(name):

@@ -11,7 +11,7 @@ from ..formats.varlen import hf_flattening_batch
 from ._examples import read_example
 from ._lazy import require_torch
 from ._masks import block_causal_mask
-from ._preference import collate_preference, is_preference, preference_settings
+from ._preference import collate_preference, is_preference, preference_settings, truncation_settings
 
 _MASKS = ("4d",)  # besides None: no mask
 
@@ -45,10 +45,13 @@ class PackedCollator:
     ``loss = model(**batch).loss`` is then the token-weighted mean of the sequences' own
     losses. Use it as a ``DataLoader``'s ``collate_fn`` (it pickles, so worker processes work).
 
-    Preference pairs (``prompt_ids``, ``chosen_ids``, ``rejected_ids``) and groups
-    (``prompt_ids``, ``completion_ids``) become one row too, each sequence ``prompt +
-    completion`` or each prompt laid out once (``share_prompt``), with what
-    :func:`sequence_logps` reads (docs/preference.md).
+    Preference pairs (``prompt_ids``, ``chosen_ids``, ``rejected_ids``; or ``chosen_ids`` and
+    ``rejected_ids`` alone, as reward data holds them) and groups (``prompt_ids``,
+    ``completion_ids``) become one row too, each sequence ``prompt + completion`` or each
+    prompt laid out once (``share_prompt``), with what :func:`sequence_logps`,
+    :func:`token_logps` and :func:`sequence_scores` read; every other key of the examples
+    comes through, one value per example, or is refused by name; TRL's truncation is opt-in
+    (``max_length``; docs/preference.md).
 
     Parameters
     ----------
@@ -71,13 +74,22 @@ class PackedCollator:
         Pairs and groups: refuse one that lays out more tokens (a plan's row capacity).
     ragged_groups : bool, default False
         Groups: allow groups of different sizes in one batch.
+    max_length : int, optional
+        Pairs and groups: cut each sequence ``prompt + completion`` to this many tokens and
+        drop the examples TRL drops, as TRL's ``max_length`` (``DPOConfig`` defaults to 1,024;
+        here ``None``: nothing cut, an over-long row refused by ``max_sequence_length``).
+    truncation_mode : {"keep_start", "keep_end", "drop"}, default "keep_start"
+        How ``max_length`` cuts: TRL's ``keep_start`` / ``keep_end``, or ``drop``
+        (``RewardTrainer``'s filter: a pair with a sequence over ``max_length`` is dropped).
     """
 
     def __init__(self, *, flash_attn_kwargs: bool | None = None, attention_mask: str | None = None, mask_dtype=None,
                  use_cache: bool | None = False, separator_id: int = -100, share_prompt: bool = False,
-                 max_sequence_length: int | None = None, ragged_groups: bool = False):
+                 max_sequence_length: int | None = None, ragged_groups: bool = False, max_length: int | None = None,
+                 truncation_mode: str = "keep_start"):
         self.share_prompt, self.max_sequence_length, self.ragged_groups, flash_attn_kwargs = preference_settings(
             share_prompt, max_sequence_length, ragged_groups, flash_attn_kwargs)
+        self.max_length, self.truncation_mode = truncation_settings(max_length, truncation_mode, self.share_prompt)
         self.flash_attn_kwargs = as_bool(flash_attn_kwargs, "flash_attn_kwargs")
         self.attention_mask = None if attention_mask is None else as_choice(attention_mask, "attention_mask", _MASKS)
         if mask_dtype is not None:
@@ -92,7 +104,8 @@ class PackedCollator:
         return (f"PackedCollator(flash_attn_kwargs={self.flash_attn_kwargs}, attention_mask={self.attention_mask!r}, "
                 f"mask_dtype={self.mask_dtype}, use_cache={self.use_cache}, separator_id={self.separator_id}, "
                 f"share_prompt={self.share_prompt}, max_sequence_length={self.max_sequence_length}, "
-                f"ragged_groups={self.ragged_groups})")
+                f"ragged_groups={self.ragged_groups}, max_length={self.max_length}, "
+                f"truncation_mode={self.truncation_mode!r})")
 
     def __call__(self, examples) -> dict:
         torch = require_torch()

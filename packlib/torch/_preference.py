@@ -18,7 +18,10 @@ row of shape ``(1, T)``, without padding:
 
 The batch says which sequence and which pair / group every token belongs to, so that
 :func:`sequence_logps` returns each sequence's summed completion log-probabilities in TRL's
-order: the B chosen, then the B rejected; group-major for groups.
+order: the B chosen, then the B rejected; group-major for groups. Pairs without
+``prompt_ids`` (``RewardTrainer``'s data: whole sequences) have an empty prompt. The other
+keys of the examples are carried (``_columns.py``); ``max_length`` cuts as TRL does
+(``_truncate.py``).
 """
 from __future__ import annotations
 
@@ -26,16 +29,17 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .._validate import as_bool, as_int_array, as_positive_int
+from .._validate import as_bool, as_choice, as_int_array, as_positive_int
+from ._columns import carry_columns, loss_keys
 from ._lazy import require_torch
+from ._truncate import MODES, dropped_indices, truncate
 
 __all__ = ["shared_prompt_mask", "shared_prompt_block_mask", "model_inputs"]
 
 PAIR_KEYS = ("prompt_ids", "chosen_ids", "rejected_ids")
 GROUP_KEYS = ("prompt_ids", "completion_ids")
 #: the batch keys a model's forward does not take (:func:`model_inputs` leaves them out)
-LOSS_KEYS = ("completion_mask", "sequence_ids", "group_ids", "pair_ids", "prev_index", "ref_chosen_logps",
-             "ref_rejected_logps", "label")
+LOSS_KEYS = ("completion_mask", "sequence_ids", "group_ids", "pair_ids", "prev_index")
 
 
 def is_preference(example) -> bool:
@@ -54,12 +58,18 @@ def _ids(example, key: str, k: int, where: str | None = None) -> np.ndarray:
     return ids
 
 
-def _group(example, k: int, kind: str):
-    """``(prompt, [completions])`` of ``examples[k]``, checked."""
+def _group(example, k: int, kind: str, with_prompt: bool = True):
+    """``(prompt, [completions])`` of ``examples[k]``, checked (``with_prompt=False``: pairs
+    without ``prompt_ids``, an empty prompt)."""
     if not isinstance(example, Mapping):
         raise TypeError(f"examples[{k}] is a {type(example).__name__}, but examples[0] is a preference pair or group: "
                         "give every example of a batch as a dict with the same keys")
     keys = PAIR_KEYS if kind == "pairs" else GROUP_KEYS
+    if kind == "pairs" and not with_prompt:  # TRL's reward data: chosen_ids and rejected_ids hold whole sequences
+        keys = keys[1:]
+        if "prompt_ids" in example:
+            raise ValueError(f"examples[{k}] has 'prompt_ids' but examples[0] has none: give every pair of a batch "
+                             "a prompt, or none (chosen_ids and rejected_ids then hold whole sequences)")
     missing = [key for key in keys if key not in example]
     if missing:
         raise ValueError(f"examples[{k}] has no {missing[0]!r} (its keys: {sorted(map(str, example))}): a "
@@ -69,7 +79,7 @@ def _group(example, k: int, kind: str):
     if "KL_completion_ids" in example:
         raise ValueError(f"examples[{k}] has 'KL_completion_ids' (KTO's mismatched pairs), which one row of groups "
                          "does not carry: collate them as groups of their own (prompt_ids + completion_ids)")
-    prompt = _ids(example, "prompt_ids", k)
+    prompt = _ids(example, "prompt_ids", k) if with_prompt else np.zeros(0, np.int64)
     if kind == "pairs":
         return prompt, [_ids(example, "chosen_ids", k), _ids(example, "rejected_ids", k)]
     comps = example["completion_ids"]
@@ -105,66 +115,88 @@ def _output_order(kind: str, sizes: np.ndarray) -> list[np.ndarray]:
     return [np.arange(s, s + n) for s, n in zip(starts.tolist(), sizes.tolist())]
 
 
-def layout(examples, *, share_prompt: bool, max_sequence_length: int | None = None, ragged_groups: bool = False):
+def layout(examples, *, share_prompt: bool, max_sequence_length: int | None = None, ragged_groups: bool = False,
+           max_length: int | None = None, truncation_mode: str = "keep_start"):
     """The row of a batch of pairs or groups, as numpy arrays (see :func:`collate_preference`).
 
-    Returns ``(kind, arrays)``: ``arrays`` holds int64 ``input_ids``, ``position_ids``,
+    Returns ``(kind, arrays, kept)``: ``arrays`` holds int64 ``input_ids``, ``position_ids``,
     ``completion_mask``, ``sequence_ids`` (-1 on a shared prompt), ``group_ids``,
     ``prev_index`` (the row position whose logits predict this token; -1 where none) and
     ``seq_lengths`` (the contiguous sequences of the unshared layout; the groups' lengths with
-    a shared prompt)."""
+    a shared prompt); ``kept`` the indices of the examples laid out (all, unless
+    ``max_length`` drops some as TRL does)."""
     kind = _kind(examples[0])
-    groups = [_group(e, k, kind) for k, e in enumerate(examples)]
-    sizes = np.array([len(c) for _, c in groups], np.int64)
+    with_prompt = kind == "groups" or "prompt_ids" in examples[0]
+    groups = [_group(e, k, kind, with_prompt) for k, e in enumerate(examples)]
+    groups = [(prompt, comps, [prompt] * len(comps)) for prompt, comps in groups]
+    kept = list(range(len(groups)))
+    if max_length is not None:
+        kept, groups = truncate(groups, max_length, truncation_mode)
+        if not kept:
+            raise ValueError(f"every example of this batch is dropped by max_length = {max_length:,} "
+                             f"(truncation_mode={truncation_mode!r}), as TRL drops them from its datasets: filter "
+                             "the dataset first, e.g. [e for e in dataset if len(e['prompt_ids']) < max_length]")
+    sizes = np.array([len(c) for _, c, _ in groups], np.int64)
     if kind == "groups" and not ragged_groups and (sizes != sizes[0]).any():
-        k = int(np.flatnonzero(sizes != sizes[0])[0])
-        raise ValueError(f"examples[{k}] has {sizes[k]} completions but examples[0] has {sizes[0]}: groups of one "
-                         "batch must have the same number of completions (so that sequence_logps(...).view(groups, "
-                         "k) holds them), or pass ragged_groups=True to allow groups of different sizes")
-    order = _output_order(kind, sizes)
-    ids, pos, comp, seq, grp, prev, lens = [], [], [], [], [], [], []
+        j = int(np.flatnonzero(sizes != sizes[0])[0])
+        raise ValueError(f"examples[{kept[j]}] has {sizes[j]} completions but examples[{kept[0]}] has {sizes[0]}: "
+                         "groups of one batch must have the same number of completions (so that "
+                         "sequence_logps(...).view(groups, k) holds them), or pass ragged_groups=True to allow groups "
+                         "of different sizes")
+    parts = {key: [] for key in ("input_ids", "position_ids", "completion_mask", "sequence_ids", "group_ids",
+                                 "prev_index", "seq_lengths")}
     start = 0
-    for g, ((prompt, comps), outs) in enumerate(zip(groups, order)):
-        p = prompt.size
-        n_tokens = p + sum(c.size for c in comps) if share_prompt else sum(p + c.size for c in comps)
+    for g, (group, outs) in enumerate(zip(groups, _output_order(kind, sizes))):
+        n_tokens = _lay_out_group(parts, group, outs.tolist(), g, start, share_prompt)
         if max_sequence_length is not None and n_tokens > max_sequence_length:
             what = "pair" if kind == "pairs" else "group"
-            raise ValueError(f"examples[{g}] lays out {n_tokens:,} tokens, over max_sequence_length = "
-                             f"{max_sequence_length:,}: a {what} is never split; truncate its prompt or completions, "
-                             "or raise max_sequence_length")
-        if share_prompt:
-            ids.append(prompt), pos.append(np.arange(p)), comp.append(np.zeros(p, np.int64))
-            seq.append(np.full(p, -1, np.int64)), prev.append(np.arange(start - 1, start + p - 1))
-            prev[-1][0] = -1
-            last_prompt, at = start + p - 1, start + p
-            for c, o in zip(comps, outs.tolist()):
-                n = c.size
-                ids.append(c), pos.append(np.arange(p, p + n)), comp.append(np.ones(n, np.int64))
-                seq.append(np.full(n, o, np.int64))
-                pv = np.arange(at - 1, at + n - 1)
-                pv[0] = last_prompt
-                prev.append(pv)
-                at += n
-            lens.append(n_tokens)
-        else:
-            at = start
-            for c, o in zip(comps, outs.tolist()):
-                n = p + c.size
-                ids += [prompt, c]
-                pos.append(np.arange(n)), comp.append(np.r_[np.zeros(p, np.int64), np.ones(c.size, np.int64)])
-                seq.append(np.full(n, o, np.int64))
-                pv = np.arange(at - 1, at + n - 1)
-                pv[0] = -1
-                prev.append(pv)
-                lens.append(n)
-                at += n
-        grp.append(np.full(n_tokens, g, np.int64))
+            raise ValueError(f"examples[{kept[g]}] lays out {n_tokens:,} tokens, over max_sequence_length = "
+                             f"{max_sequence_length:,}: a {what} is never split; truncate its prompt or completions "
+                             "(max_length), or raise max_sequence_length")
         start += n_tokens
-    cat = np.concatenate
-    arrays = {"input_ids": cat(ids).astype(np.int64), "position_ids": cat(pos).astype(np.int64),
-              "completion_mask": cat(comp), "sequence_ids": cat(seq), "group_ids": cat(grp),
-              "prev_index": cat(prev).astype(np.int64), "seq_lengths": np.array(lens, np.int64)}
-    return kind, arrays
+    arrays = {key: np.concatenate(v).astype(np.int64) if key != "seq_lengths" else np.array(v, np.int64)
+              for key, v in parts.items()}
+    return kind, arrays, kept
+
+
+def _lay_out_group(parts, group, outs, g, start, share_prompt) -> int:
+    """Append group ``g``'s tokens (starting at row position ``start``) to ``parts``; return
+    how many."""
+    prompt, comps, prompts = group
+    p = prompt.size
+    at = start
+    if share_prompt:
+        prev = np.arange(start - 1, start + p - 1)
+        prev[:1] = -1
+        _append(parts, prompt, np.arange(p), 0, -1, g, prev)
+        last_prompt, at = start + p - 1 if p else -1, start + p
+        for c, o in zip(comps, outs):
+            prev = np.arange(at - 1, at + c.size - 1)
+            prev[0] = last_prompt
+            _append(parts, c, np.arange(p, p + c.size), 1, o, g, prev)
+            at += c.size
+        parts["seq_lengths"].append(at - start)
+    else:
+        for own, c, o in zip(prompts, comps, outs):
+            n = own.size + c.size
+            prev = np.arange(at - 1, at + n - 1)
+            prev[0] = -1
+            ids = np.concatenate((own, c))
+            comp = np.r_[np.zeros(own.size, np.int64), np.ones(c.size, np.int64)]
+            _append(parts, ids, np.arange(n), comp, o, g, prev)
+            parts["seq_lengths"].append(n)
+            at += n
+    return at - start
+
+
+def _append(parts, ids, pos, comp, seq, g, prev):
+    n = ids.size
+    parts["input_ids"].append(ids)
+    parts["position_ids"].append(pos)
+    parts["completion_mask"].append(np.broadcast_to(np.asarray(comp, np.int64), (n,)))
+    parts["sequence_ids"].append(np.full(n, seq, np.int64))
+    parts["group_ids"].append(np.full(n, g, np.int64))
+    parts["prev_index"].append(prev)
 
 
 def _allowed(group_ids, sequence_ids):
@@ -242,8 +274,9 @@ def _need(batch, keys, who):
 
 def model_inputs(batch) -> dict:
     """The batch without the keys a model's ``forward`` does not take (``completion_mask``,
-    ``sequence_ids``, ``group_ids``, ``pair_ids``, ``prev_index``, ``ref_*_logps``, ``label``): what to
-    pass as ``model(**model_inputs(batch))``.
+    ``sequence_ids``, ``group_ids``, ``pair_ids``, ``prev_index``, the keys carried from the
+    examples such as ``ref_*_logps``, ``margin`` or ``label``, and ``carried_keys`` /
+    ``dropped``): what to pass as ``model(**model_inputs(batch))``.
 
     Parameters
     ----------
@@ -252,7 +285,8 @@ def model_inputs(batch) -> dict:
     """
     if not isinstance(batch, Mapping):
         raise TypeError(f"batch must be a dict from PackedCollator, got {type(batch).__name__}")
-    return {k: v for k, v in batch.items() if k not in LOSS_KEYS}
+    drop = set(LOSS_KEYS) | set(loss_keys(batch))
+    return {k: v for k, v in batch.items() if k not in drop}
 
 
 def preference_settings(share_prompt, max_sequence_length, ragged_groups, flash_attn_kwargs):
@@ -272,6 +306,17 @@ def preference_settings(share_prompt, max_sequence_length, ragged_groups, flash_
     return share_prompt, L, ragged_groups, flash_attn_kwargs
 
 
+def truncation_settings(max_length, truncation_mode, share_prompt):
+    """:class:`PackedCollator`'s ``(max_length, truncation_mode)``, checked."""
+    max_length = None if max_length is None else as_positive_int(max_length, "max_length")
+    truncation_mode = as_choice(truncation_mode, "truncation_mode", MODES)
+    if share_prompt and max_length is not None and truncation_mode == "keep_end":
+        raise ValueError("truncation_mode='keep_end' cuts each sequence's prompt from its start by a different "
+                         "amount, so a group no longer has one prompt to lay out once: use share_prompt=False, or "
+                         "truncation_mode='keep_start' (TRL's default)")
+    return max_length, truncation_mode
+
+
 def collate_preference(examples, collator) -> dict:
     """One padding-free row of pairs or groups, with ``collator``'s settings (what
     :class:`PackedCollator` returns for them).
@@ -280,14 +325,17 @@ def collate_preference(examples, collator) -> dict:
     (and ``pair_ids``, the same tensor, for pairs), ``prev_index`` (all ``(1, T)`` int64),
     ``use_cache``; unshared, the isolation :class:`PackedCollator` gives any packed row
     (``cu_seq_lens_q/k`` and ``max_length_q/k``, or the 4-D block-diagonal mask); with a
-    shared prompt, the tree mask of :func:`shared_prompt_mask` as ``attention_mask``;
-    ``ref_chosen_logps`` / ``ref_rejected_logps`` when the examples carry them (as TRL's),
-    and KTO's ``label`` (one bool per group).
+    shared prompt, the tree mask of :func:`shared_prompt_mask` as ``attention_mask``. Every
+    other key of the examples (``ref_chosen_logps``, ``margin``, KTO's ``label`` and
+    ``ref_logps``, ...) one value per example, named in ``carried_keys``; with ``max_length``,
+    ``dropped``: the indices of the examples TRL's truncation drops.
     """
     torch = require_torch()
     share = collator.share_prompt
-    kind, arr = layout(examples, share_prompt=share, max_sequence_length=collator.max_sequence_length,
-                       ragged_groups=collator.ragged_groups)
+    kind, arr, kept = layout(examples, share_prompt=share, max_sequence_length=collator.max_sequence_length,
+                             ragged_groups=collator.ragged_groups, max_length=collator.max_length,
+                             truncation_mode=collator.truncation_mode)
+    carried = carry_columns(examples, kept)
     out = {k: torch.from_numpy(arr[k])[None] for k in ("input_ids", "position_ids", "completion_mask",
                                                        "sequence_ids", "group_ids", "prev_index")}
     if kind == "pairs":
@@ -299,11 +347,10 @@ def collate_preference(examples, collator) -> dict:
         out.update(cu_seq_lens_q=cu, cu_seq_lens_k=cu.clone(), max_length_q=m, max_length_k=m)
     if share or collator.attention_mask == "4d":
         out["attention_mask"] = shared_prompt_mask(out, dtype=collator.mask_dtype)
-    for key in ("ref_chosen_logps", "ref_rejected_logps"):
-        if kind == "pairs" and all(key in e for e in examples):
-            out[key] = torch.tensor([float(e[key]) for e in examples])
-    if kind == "groups" and all("label" in e for e in examples):  # KTO's desirable / undesirable
-        out["label"] = torch.tensor([bool(e["label"]) for e in examples])
+    out.update(carried)
+    out["carried_keys"] = tuple(carried)
+    if collator.max_length is not None:
+        out["dropped"] = torch.from_numpy(dropped_indices(len(examples), kept))
     if collator.use_cache is not None:
         out["use_cache"] = collator.use_cache
     return out

@@ -234,6 +234,6 @@ def row_lengths(table, columns, *, first_row: int = 0) -> np.ndarray:
             raise ValueError(
                 f"column {name!r} has {lens[i]} values in row {first_row + i} but column {columns[0]!r} has {first[i]}; "
                 "packed columns must have the same length in every row (pass columns=[...] to pack only "
-                "the columns that do)"
+                "the columns that do, and carry=[...] for those that belong to a row whole, such as images)"
             )
     return first

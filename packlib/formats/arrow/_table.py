@@ -19,6 +19,7 @@ from ._columns import (
     row_lengths,
     select_list_columns,
 )
+from ._carry import carried_columns, carried_features, carry_columns, packed_candidates, refuse_cut
 from ._gather import _gather
 from ._labels import LABELS, fold_masks
 from ._numpy import as_numpy
@@ -37,9 +38,11 @@ def _options(max_sequence_length, seq_length, method, max_sequences_per_pack, ov
     return L, m, depth, overflow, position_ids, seed, fold
 
 
-def _pack(table, rows_map, L, columns, method, depth, overflow, position_ids, seed, fold=False):
+def _pack(table, rows_map, L, columns, method, depth, overflow, position_ids, seed, fold=False, carry=None):
     """Pack ``table`` (or its rows ``rows_map``, in that order): the packed table with its report."""
-    cols = select_list_columns(table.schema, columns)
+    cols = select_list_columns(table.schema, packed_candidates(table.schema, carry) if columns is None else columns)
+    carried = carried_columns(table.schema, carry, cols)
+    refuse_cut(carried, overflow)
     refuse_packed_position_ids(cols, position_ids)
     lens = row_lengths(table, cols)
     if rows_map is not None:
@@ -52,6 +55,8 @@ def _pack(table, rows_map, L, columns, method, depth, overflow, position_ids, se
         row = rows_map[row]
     row_sorted = (seg.row, seg.start, seg.length, order) if rows_map is None else None
     out = _gather(table, cols, row, seg.start[order], seg.length[order], packs.offsets, position_ids, row_sorted)
+    for name, values in carry_columns(table, carried, row, packs.offsets).items():
+        out = out.append_column(name, values)
     out, folded = fold_masks(out, cols) if fold else (out, [])
     tokens = seg.num_tokens
     rows = packs.num_packs
@@ -74,7 +79,8 @@ def _pack(table, rows_map, L, columns, method, depth, overflow, position_ids, se
         "overflow": overflow,
         "seed": seed,
         "columns": cols,
-        "left_out_columns": [n for n in table.schema.names if n not in cols],
+        "left_out_columns": [n for n in table.schema.names if n not in cols and n not in carried],
+        "carried_columns": carried,
         "position_ids": position_ids,
         "folded_masks": folded,
     }
@@ -82,7 +88,8 @@ def _pack(table, rows_map, L, columns, method, depth, overflow, position_ids, se
 
 
 def pack_table(table, max_sequence_length=None, *, seq_length=None, columns=None, method="bfd",
-               max_sequences_per_pack=None, overflow="error", position_ids=False, fold_masks=False, seed=0):
+               max_sequences_per_pack=None, overflow="error", position_ids=False, fold_masks=False, seed=0,
+               carry=None):
     """Pack the rows of an Arrow table into rows of at most ``max_sequence_length`` tokens.
 
     Parameters
@@ -118,6 +125,13 @@ def pack_table(table, max_sequence_length=None, *, seq_length=None, columns=None
     seed : int, default 0
         Which equal-length segment goes to which packed row (histogram methods only);
         the same input, arguments and seed always give the same table.
+    carry : sequence of str, optional
+        Columns carried whole with their rows, not packed token by token: a packed row
+        holds the carried values of its rows end to end, in the row's order (a list
+        column's lists concatenated: ``pixel_values`` and ``image_grid_thw`` of processed
+        vision-language data, as :class:`packlib.torch.VisionPackedCollator` reads them;
+        any other column's values listed, e.g. encoded images, never decoded). With
+        ``columns=None`` every other list column is packed. Needs ``overflow="error"``.
 
     Returns
     -------
@@ -135,7 +149,7 @@ def pack_table(table, max_sequence_length=None, *, seq_length=None, columns=None
         table = pa.Table.from_batches([table])
     L, method, depth, overflow, position_ids, seed, fold = _options(
         max_sequence_length, seq_length, method, max_sequences_per_pack, overflow, position_ids, seed, fold_masks)
-    return _pack(table, None, L, columns, method, depth, overflow, position_ids, seed, fold)[0]
+    return _pack(table, None, L, columns, method, depth, overflow, position_ids, seed, fold, carry)[0]
 
 
 def packing_report(table) -> dict:
@@ -147,7 +161,7 @@ def packing_report(table) -> dict:
     (⌈tokens / max_sequence_length⌉, no packing can use fewer rows), ``rows_over_bound``,
     ``dropped_empty_rows``, ``truncated_tokens``, ``split_rows`` (rows cut into several
     fragments), ``max_sequence_length``, ``max_sequences_per_pack``, ``method``,
-    ``overflow``, ``seed``, ``columns``, ``left_out_columns``, ``position_ids``.
+    ``overflow``, ``seed``, ``columns``, ``left_out_columns``, ``carried_columns``, ``position_ids``.
 
     Parameters
     ----------
@@ -174,7 +188,8 @@ def packing_report(table) -> dict:
 
 
 def pack_dataset(dataset, max_sequence_length=None, *, seq_length=None, columns=None, method="bfd",
-                 max_sequences_per_pack=None, overflow="error", position_ids=True, fold_masks=True, seed=0):
+                 max_sequences_per_pack=None, overflow="error", position_ids=True, fold_masks=True, seed=0,
+                 carry=None):
     """Pack a Hugging Face ``datasets.Dataset`` (or each split of a ``DatasetDict``), whole.
 
     Takes the same arguments as :func:`pack_table` and returns the same type it was
@@ -193,7 +208,7 @@ def pack_dataset(dataset, max_sequence_length=None, *, seq_length=None, columns=
     Parameters
     ----------
     dataset : datasets.Dataset or datasets.DatasetDict
-    max_sequence_length, seq_length, columns, method, max_sequences_per_pack, overflow, seed
+    max_sequence_length, seq_length, columns, method, max_sequences_per_pack, overflow, seed, carry
         As for :func:`pack_table`.
     position_ids : bool, default True
         Add the ``position_ids`` column (``False``: only TRL's columns).
@@ -206,7 +221,7 @@ def pack_dataset(dataset, max_sequence_length=None, *, seq_length=None, columns=
         return ds_mod.DatasetDict({
             k: pack_dataset(v, max_sequence_length, seq_length=seq_length, columns=columns, method=method,
                             max_sequences_per_pack=max_sequences_per_pack, overflow=overflow,
-                            position_ids=position_ids, fold_masks=fold_masks, seed=seed)
+                            position_ids=position_ids, fold_masks=fold_masks, seed=seed, carry=carry)
             for k, v in dataset.items()})
     if not isinstance(dataset, ds_mod.Dataset):
         hint = ""
@@ -221,18 +236,20 @@ def pack_dataset(dataset, max_sequence_length=None, *, seq_length=None, columns=
     if dataset._indices is not None:               # after select / shuffle / filter: follow the mapping
         idx = dataset._indices.column(0)
         rows_map = as_numpy(idx).astype(np.int64)
-    packed, report = _pack(table, rows_map, L, columns, method, depth, overflow, position_ids, seed, fold)
+    packed, report = _pack(table, rows_map, L, columns, method, depth, overflow, position_ids, seed, fold, carry)
     # datasets rewrites the schema metadata to {b"huggingface": ...} but keeps unknown keys
     # inside that JSON: the report rides there too
     packed = packed.replace_schema_metadata({b"huggingface": json.dumps({"packlib": report}).encode()})
-    out = ds_mod.Dataset(packed, split=dataset.split, fingerprint=_fingerprint(dataset, report))
+    feats = carried_features(ds_mod, dataset.features, packed.schema, table.schema, report["carried_columns"])
+    info = None if feats is None else ds_mod.DatasetInfo(features=feats)
+    out = ds_mod.Dataset(packed, info=info, split=dataset.split, fingerprint=_fingerprint(dataset, report))
     fmt = dataset.format
     if fmt.get("type") is not None or fmt.get("columns") is not None:
         cols = fmt.get("columns")
         if cols is not None:
             added = [SEQ_LENGTHS] + ([POSITION_IDS] if position_ids else [])
             added += [LABELS] if report["folded_masks"] and LABELS not in report["columns"] else []
-            cols = [c for c in cols if c in report["columns"]] + added
+            cols = [c for c in cols if c in report["columns"] or c in report["carried_columns"]] + added
         out = out.with_format(type=fmt.get("type"), columns=cols,
                               output_all_columns=fmt.get("output_all_columns", False),
                               **(fmt.get("format_kwargs") or {}))
@@ -245,5 +262,5 @@ def _fingerprint(dataset, report) -> str:
     h = hashlib.sha256(str(getattr(dataset, "_fingerprint", "")).encode())
     h.update(json.dumps({k: report[k] for k in ("max_sequence_length", "max_sequences_per_pack", "method",
                                                   "overflow", "seed", "columns", "position_ids",
-                                                  "folded_masks")}).encode())
+                                                  "folded_masks", "carried_columns")}).encode())
     return h.hexdigest()[:16]

@@ -1,0 +1,132 @@
+"""nnls_pack above L = 2048 (the recipe on length classes) and compare() with refusals."""
+from collections import Counter
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import packlib
+from packlib._nnls_limits import MAX_NNLS_LENGTH, length_classes
+
+from . import naive, naive_nnls_long
+
+
+def lognormal_histogram(L, n, seed=0):
+    x = np.random.default_rng(seed).lognormal(np.log(L / 4), 0.9, n)
+    return packlib.histogram(np.clip(np.rint(x), 1, L).astype(np.int64), L)
+
+
+def check_plan(plan, h, depth):
+    assert np.array_equal(plan.histogram(), h), "every sequence exactly once"
+    assert (plan.strategies.sum(axis=1) <= h.size).all(), "no pack over the max length"
+    assert depth is None or plan.strategies.shape[1] <= depth
+
+
+def test_length_classes():
+    assert length_classes(MAX_NNLS_LENGTH) == (1, MAX_NNLS_LENGTH)
+    assert length_classes(MAX_NNLS_LENGTH + 1) == (3, 683)
+    assert length_classes(131072) == (171, 766) and length_classes(4097) == (6, 682)
+
+
+def test_exact_range_keeps_its_plan_info():
+    assert "length_class" not in packlib.nnls_pack(lognormal_histogram(64, 300)).info
+
+
+def test_lengths_on_the_class_grid_give_the_exact_plan_scaled():
+    """Sequences whose lengths are multiples of q at L = q G: the class plan is the exact
+    plan of the histogram divided by q, every length times q."""
+    G, q = 700, 3
+    small = lognormal_histogram(G, 400, seed=3)
+    h = np.zeros(q * G, np.int64)
+    h[q - 1 :: q] = small
+    for depth in (2, 3, None):
+        long = packlib.nnls_pack(h, max_sequences_per_pack=depth)
+        exact = packlib.nnls_pack(small, max_sequences_per_pack=depth)
+        assert long.info["length_class"] == q and long.info["iterations"] == exact.info["iterations"]
+        assert naive.plan_multiset(long.strategies, long.counts) == naive.plan_multiset(q * exact.strategies, exact.counts)
+
+
+@pytest.mark.parametrize(("L", "depth"), [(4097, 1), (4097, 2), (4097, None), (131072, 3)])
+def test_long_context_plans_are_valid(L, depth):
+    h = lognormal_histogram(L, 300, seed=L)
+    plan = packlib.nnls_pack(h, max_sequences_per_pack=depth)
+    check_plan(plan, h, depth)
+    assert plan.info["length_class"] == length_classes(L)[0]
+    if depth != 1:
+        assert plan.num_packs < packlib.nnls_pack(h, max_sequences_per_pack=1).num_packs
+
+
+@given(st.integers(1, 6), st.integers(6, 40), st.data())
+@settings(max_examples=15, deadline=None)
+def test_classes_to_lengths_matches_naive(q, n_classes, data):
+    from packlib._kernels.nnls_grid import classes_to_lengths
+
+    L = q * n_classes + data.draw(st.integers(0, q - 1))
+    h = np.array(data.draw(st.lists(st.integers(0, 4), min_size=L, max_size=L)), np.int64)
+    hc = np.add.reduceat(h, np.arange(n_classes) * q)
+    # any plan of classes that uses each class's count exactly: random packs of 1-3 slots
+    slots = [c for c in range(1, n_classes + 1) for _ in range(int(hc[c - 1]))]
+    order = data.draw(st.permutations(slots)) if slots else []
+    rows, i = [], 0
+    while i < len(order):
+        k = data.draw(st.integers(1, 3))
+        rows.append(sorted(order[i : i + k], reverse=True) + [0] * (3 - len(order[i : i + k])))
+        i += k
+    groups = Counter(map(tuple, rows))  # identical packs as one group: runs split groups
+    rows, counts = list(groups), list(groups.values())
+    rows = np.array(rows or np.zeros((0, 3)), np.int64).reshape(-1, 3)
+    got_rows, got_counts = classes_to_lengths(rows, np.array(counts, np.int64), h, q, n_classes)
+    assert naive.plan_multiset(got_rows, got_counts) == naive_nnls_long.classes_to_lengths(rows, counts, h, q, n_classes)
+    assert all((r[:-1] >= r[1:]).all() for r in got_rows), "rows descend"
+
+
+def test_bad_histogram_still_refused_at_long_context():
+    with pytest.raises(ValueError):
+        packlib.nnls_pack(np.array([1, -1]), 8192)
+
+
+# --------------------------------------------------------------------------- compare()
+
+SMALL = np.bincount(np.random.default_rng(0).integers(1, 65, 3000), minlength=65)[1:]
+
+
+def refusing(monkeypatch):
+    """Make nnls refuse every input (the optimal packer keeps the real one: imported first)."""
+    import packlib.optimal._solver  # noqa: F401
+
+    def refuse(h, L, depth, **kw):
+        raise ValueError("no plan for this input")
+
+    monkeypatch.setattr(packlib.packing, "_nnls", refuse)
+
+
+def test_compare_defaults_tabulate_a_refusal(monkeypatch):
+    refusing(monkeypatch)
+    table = packlib.compare(SMALL, max_sequences_per_pack=3, warmup=False, progress=False)
+    rows = {r.method: r for r in table}
+    assert list(rows) == list(packlib.methods.names("histogram"))
+    assert rows["nnls"].packs is None and "nnls refused: no plan for this input" in rows["nnls"].note
+    assert rows["lpfhp"].packs > 0 and table.best().method != "nnls"
+    md = table.to_markdown().splitlines()
+    assert md[0].rstrip("| ").endswith("note") and "refused" in md[2 + list(rows).index("nnls")]
+    assert "nnls refused" in table._repr_html_()
+
+
+def test_compare_named_method_still_raises(monkeypatch):
+    refusing(monkeypatch)
+    with pytest.raises(ValueError, match="no plan for this input"):
+        packlib.compare(SMALL, max_sequences_per_pack=3, methods=["lpfhp", "nnls"], warmup=False)
+
+
+def test_compare_progress_names_what_runs(capsys):
+    pytest.importorskip("tqdm")
+    packlib.compare(SMALL, max_sequences_per_pack=(2, 3), methods=["spfhp", "nnls"], progress=True)
+    err = capsys.readouterr().err
+    assert "compare" in err
+
+
+def test_compare_at_long_context_has_every_row():
+    h = lognormal_histogram(8192, 200, seed=1)
+    table = packlib.compare(h, max_sequences_per_pack=3, methods=["lpfhp", "nnls"], progress=False)  # warms classes too
+    assert [r.packs is not None for r in table] == [True, True]
