@@ -49,6 +49,7 @@ INSTALL = {
     "megatron": "pip install --no-deps megatron-bridge==0.3.1 megatron-core==0.16.1",
     "torchdata": "pip install torchdata",
     "flash_attn": "flash-attention needs a CUDA GPU",
+    "ray": "pip install ray (the pipeline's Ray engine; CI's model stack has it)",
 }
 
 
