@@ -4,6 +4,7 @@
     python benchmarks/bench_nnls_long.py --reference          # + the enumerating recipe at L = 512
     python benchmarks/bench_nnls_long.py --compare            # + compare(h, L) with its defaults at 4k, 32k
     python benchmarks/bench_nnls_long.py --lengths 512 4096 --n 20000   # a quick run
+    python benchmarks/bench_nnls_long.py --solves --lengths 1024 2048  # the time of each NNLS solve
 
 Input at every ``L``: ``n`` = 200,000 lognormal lengths with median ``L / 4`` and sigma 0.9
 (``numpy.random.default_rng(0).lognormal(log(L / 4), 0.9, n)``), rounded and clipped to
@@ -55,14 +56,37 @@ def reference_rows(L: int, n: int):
     return f"| {L:,} | 3 | enumerating recipe + scipy NNLS | {packs:,} | {gap(packs, bound)} | {fmt(seconds)} | {mib:,.0f} MiB |"
 
 
+def solve_rows(L: int, n: int):
+    """The time of each NNLS solve of the depth-3 recipe: ``nnls_pack`` stopped after ``k``
+    solves (``repair=False``) less the run stopped after ``k - 1``."""
+    h = lognormal_histogram(L, n)
+    before = 0.0
+    k = 1
+    while True:
+        plan, seconds, _ = measured(lambda: packlib.nnls_pack(h, L, 3, max_iterations=k, repair=False))
+        if plan.info["iterations"] < k:
+            return
+        yield f"| {L:,} | {k} | {fmt(seconds - before)} | {fmt(seconds)} |"
+        before = seconds
+        k += 1
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lengths", type=int, nargs="*", default=[512, 1024, 2048, 4096, 8192, 32768, 131072])
     ap.add_argument("--n", type=int, default=200_000, help="sequences per histogram")
     ap.add_argument("--reference", action="store_true", help="also the enumerating recipe at L = 512")
     ap.add_argument("--compare", action="store_true", help="also compare(h, L) with its defaults at 4k and 32k")
+    ap.add_argument("--solves", action="store_true", help="only the time of each NNLS solve (depth 3)")
     args = ap.parse_args()
     packlib.warmup()
+    if args.solves:
+        print("| L | solve | its time | time of the solves so far |")
+        print("|---:|---:|---:|---:|")
+        for L in args.lengths:
+            for row in solve_rows(L, args.n):
+                print(row, flush=True)
+        return
     print("| L | depth | method | packs | gap to lower bound | time | peak memory |")
     print("|---:|---|---|---:|---:|---:|---:|")
     if args.reference:

@@ -1,0 +1,35 @@
+"""benchmarks/bench_nnls_long.py: ``--solves`` reports one row per NNLS solve of the recipe,
+as many as ``nnls_pack`` runs, and its input is the documented lognormal histogram."""
+import importlib
+import pathlib
+import sys
+
+import numpy as np
+import pytest
+
+import packlib
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def bench(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT))
+    monkeypatch.delitem(sys.modules, "benchmarks.bench_nnls_long", raising=False)
+    return importlib.import_module("benchmarks.bench_nnls_long")
+
+
+def test_one_row_per_solve(bench):
+    L, n = 96, 3_000
+    h = bench.lognormal_histogram(L, n)
+    solves = packlib.nnls_pack(h, L, 3, repair=False).info["iterations"]
+    rows = list(bench.solve_rows(L, n))
+    assert solves >= 2  # the row count below then tells "every solve" from "the first"
+    assert [r.split("|")[2].strip() for r in rows] == [str(k) for k in range(1, solves + 1)]
+
+
+def test_the_input_is_the_documented_histogram(bench):
+    h = bench.lognormal_histogram(512, 1_000, seed=3)
+    x = np.random.default_rng(3).lognormal(np.log(128), 0.9, 1_000)
+    assert h.sum() == 1_000
+    assert np.array_equal(h, packlib.histogram(np.clip(np.rint(x), 1, 512).astype(np.int64), 512))
