@@ -25,6 +25,10 @@ object here is used, so ``import packlib.torch`` works without it.
   into one row the model computes as each example alone (mRoPE positions per example);
   :func:`image_grid_thw` gives an image's grid from its size before processing and
   :func:`calibrate_vision_cost` the vision tower's cost per image (docs/multimodal.md).
+The package is grouped by capability: ``collate/`` (the collators and masks), ``logps/``
+(log-probs and scores), ``trainers/`` (the trainer integrations), ``cost/`` (cost models
+measured on the model).
+
 - :class:`CheckpointableDataset` wraps a checkpointable iterator as an ``IterableDataset``.
 - :func:`balance_trainer` makes a ``transformers.Trainer`` (or TRL's) train the balanced
   steps of a :class:`packlib.BalancedBatchSampler` (docs/training.md).
@@ -42,17 +46,12 @@ object here is used, so ``import packlib.torch`` works without it.
 """
 from __future__ import annotations
 
-from ._calibrate import CostFit, calibrate_cost, calibration_rows
 from ._checkpoint import ITERABLE_NAME, CheckpointableDataset, iterable_dataset_class
-from ._collator import PackedCollator
-from ._examples import label_tokens
-from ._logps import sequence_logps, token_logps
-from ._masks import block_causal_mask
-from ._preference import model_inputs, shared_prompt_block_mask, shared_prompt_mask
-from ._scores import sequence_scores
-from ._trainer import balance_trainer
-from ._vision import VisionPackedCollator
-from ._vision_plan import calibrate_vision_cost, image_grid_thw
+from .collate import (PackedCollator, VisionPackedCollator, block_causal_mask, label_tokens, model_inputs,
+                      shared_prompt_block_mask, shared_prompt_mask)
+from .cost import CostFit, calibrate_cost, calibrate_vision_cost, calibration_rows, image_grid_thw
+from .logps import sequence_logps, sequence_scores, token_logps
+from .trainers import balance_trainer
 
 __all__ = ["PackedCollator", "block_causal_mask", "CheckpointableDataset", "label_tokens", "sequence_logps",
            "token_logps", "sequence_scores",

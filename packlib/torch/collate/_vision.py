@@ -7,9 +7,9 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .._validate import as_bool, as_int, as_positive_int
+from ..._validate import as_bool, as_int, as_positive_int
 from ._examples import MASK_KEYS, read_example
-from ._lazy import require_torch
+from .._lazy import require_torch
 from ._mrope import IMAGE, image_token_counts, mrope_positions, vision_config
 
 _PER_TOKEN = ("input_ids", "labels", "mm_token_type_ids", "position_ids") + MASK_KEYS

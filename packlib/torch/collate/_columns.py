@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ._lazy import require_torch
+from .._lazy import require_torch
 
 #: the keys the preference layout reads (token ids)
 ID_KEYS = ("prompt_ids", "chosen_ids", "rejected_ids", "completion_ids")

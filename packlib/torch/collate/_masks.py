@@ -1,8 +1,8 @@
 """The 4-D block-diagonal causal mask of one packed row."""
 from __future__ import annotations
 
-from .._validate import as_int_array
-from ._lazy import require_torch
+from ..._validate import as_int_array
+from .._lazy import require_torch
 
 
 def block_causal_mask(lengths, *, dtype=None):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ._lazy import require_torch
+from .._lazy import require_torch
 
 __all__ = ["sequence_logps", "token_logps"]
 
@@ -139,7 +139,7 @@ def sequence_logps(logits, batch, *, chunk_size: int | None = None):
 def _flat_logits(logits, chunk_size):
     """``(logits as (T, vocab), chunk_size)``, checked."""
     torch = require_torch()
-    from .._validate import as_positive_int
+    from ..._validate import as_positive_int
 
     if not isinstance(logits, torch.Tensor) or not logits.is_floating_point() or logits.dim() not in (2, 3) \
             or (logits.dim() == 3 and logits.shape[0] != 1):
@@ -225,7 +225,7 @@ def token_logps(logits, batch, *, chunk_size: int | None = None, temperature: fl
     ([[1, 1, 1], [1, 0, 0]], -2.0794)
     """
     torch = require_torch()
-    from .._validate import as_float_array
+    from ..._validate import as_float_array
 
     temperature = float(as_float_array([temperature], "temperature")[0])
     if temperature <= 0:

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ._lazy import require_torch
-from ._preference import model_inputs
+from .._lazy import require_torch
+from ..collate._preference import model_inputs
 
 __all__ = ["sequence_scores"]
 

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .._validate import as_int_array
+from ..._validate import as_int_array
 
 #: Per-token columns an example may carry besides input_ids and labels.
 MASK_KEYS = ("attention_mask", "completion_mask", "assistant_masks")

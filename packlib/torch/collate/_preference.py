@@ -29,9 +29,9 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .._validate import as_bool, as_choice, as_int_array, as_positive_int
+from ..._validate import as_bool, as_choice, as_int_array, as_positive_int
 from ._columns import carry_columns, loss_keys
-from ._lazy import require_torch
+from .._lazy import require_torch
 from ._truncate import MODES, dropped_indices, truncate
 
 __all__ = ["shared_prompt_mask", "shared_prompt_block_mask", "model_inputs"]

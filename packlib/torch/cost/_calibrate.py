@@ -8,8 +8,8 @@ import time
 
 import numpy as np
 
-from .._validate import as_bool, as_int, as_lengths, as_positive_int
-from ..balancing import fit_cost
+from ..._validate import as_bool, as_int, as_lengths, as_positive_int
+from ...balancing import fit_cost
 
 __all__ = ["CostFit", "calibrate_cost", "calibration_rows"]
 
@@ -129,7 +129,7 @@ def _synchronizer(synchronize):
 def _model_step(model, collator, seed):
     """``step(lengths)`` for a torch model: random tokens in one packed row from ``collator``
     (:class:`packlib.torch.PackedCollator` by default), ``model(**batch).loss.backward()``."""
-    from ._collator import PackedCollator
+    from ..collate._collator import PackedCollator
 
     collator = PackedCollator() if collator is None else collator
     config = getattr(model, "config", None)

@@ -6,10 +6,10 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .._validate import as_bool, as_choice, as_int
-from ..formats.varlen import hf_flattening_batch
+from ..._validate import as_bool, as_choice, as_int
+from ...formats.varlen import hf_flattening_batch
 from ._examples import read_example
-from ._lazy import require_torch
+from .._lazy import require_torch
 from ._masks import block_causal_mask
 from ._preference import collate_preference, is_preference, preference_settings, truncation_settings
 

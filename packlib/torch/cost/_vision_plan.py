@@ -7,9 +7,9 @@ import math
 
 import numpy as np
 
-from .._validate import as_int_array, as_positive_int
+from ..._validate import as_int_array, as_positive_int
 from ._calibrate import CostFit, calibrate_cost
-from ._lazy import require_torch
+from .._lazy import require_torch
 
 
 def image_grid_thw(heights, widths, *, patch_size: int = 14, merge_size: int = 2, min_pixels: int = 56 * 56,

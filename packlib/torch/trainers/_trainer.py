@@ -24,10 +24,10 @@ import functools
 
 import numpy as np
 
-from ..balancing._epochs import EpochStream
-from ..balancing._sampler import BalancedBatchSampler, set_label_counter
-from ._examples import label_tokens
-from ._lazy import require_torch
+from ...balancing._epochs import EpochStream
+from ...balancing._sampler import BalancedBatchSampler, set_label_counter
+from ..collate._examples import label_tokens
+from .._lazy import require_torch
 
 set_label_counter(label_tokens)  # the sampler counts what this package's collator trains
 
@@ -144,7 +144,7 @@ def _check_rows(dataset, sampler) -> None:
         return  # 2-D lengths: a sample is a group (its row holds more than one sequence)
     if not isinstance(names, list) or "input_ids" not in names or "attention_mask" in names:
         return  # only a datasets.Dataset's token lists are read here (padding: lengths may count real tokens)
-    from ..formats.arrow._columns import _column_lengths
+    from ...formats.arrow._columns import _column_lengths
 
     have = _column_lengths(dataset.select_columns(["input_ids"]).with_format("arrow")[:].column("input_ids"))
     bad = np.flatnonzero(have != lengths)

@@ -1,0 +1,18 @@
+"""Collating: examples in, one padding-free row out, with what keeps its sequences apart.
+
+:class:`PackedCollator` (text, preference pairs, groups of completions),
+:class:`VisionPackedCollator` (Qwen-VL examples with images), the masks a row needs
+(:func:`block_causal_mask`, :func:`shared_prompt_mask`, :func:`shared_prompt_block_mask`),
+:func:`model_inputs` (a batch without the loss's keys) and :func:`label_tokens` (the tokens
+the collator trains of each example).
+"""
+from __future__ import annotations
+
+from ._collator import PackedCollator
+from ._examples import label_tokens
+from ._masks import block_causal_mask
+from ._preference import model_inputs, shared_prompt_block_mask, shared_prompt_mask
+from ._vision import VisionPackedCollator
+
+__all__ = ["PackedCollator", "VisionPackedCollator", "block_causal_mask", "label_tokens", "model_inputs",
+           "shared_prompt_mask", "shared_prompt_block_mask"]

@@ -1,0 +1,7 @@
+"""Trainers: balanced, packed steps in ``transformers.Trainer`` and TRL's trainers
+(:func:`balance_trainer`)."""
+from __future__ import annotations
+
+from ._trainer import balance_trainer
+
+__all__ = ["balance_trainer"]
