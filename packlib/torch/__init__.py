@@ -3,6 +3,10 @@
 Needs the ``torch`` extra (``pip install packlib[torch]``); torch is imported only when an
 object here is used, so ``import packlib.torch`` works without it.
 
+The package is grouped by capability: ``collate/`` (the collators and masks), ``logps/``
+(log-probs and scores), ``trainers/`` (the trainer integrations), ``cost/`` (cost models
+measured on the model).
+
 - :class:`PackedCollator` turns a micro-batch (the samples one pack holds, or rows that
   :func:`packlib.formats.arrow.pack_table` packed) into one padding-free row of torch tensors
   **plus what the model needs to keep its sequences apart**: ``use_cache=False`` (Hugging Face
@@ -25,10 +29,6 @@ object here is used, so ``import packlib.torch`` works without it.
   into one row the model computes as each example alone (mRoPE positions per example);
   :func:`image_grid_thw` gives an image's grid from its size before processing and
   :func:`calibrate_vision_cost` the vision tower's cost per image (docs/multimodal.md).
-The package is grouped by capability: ``collate/`` (the collators and masks), ``logps/``
-(log-probs and scores), ``trainers/`` (the trainer integrations), ``cost/`` (cost models
-measured on the model).
-
 - :class:`CheckpointableDataset` wraps a checkpointable iterator as an ``IterableDataset``.
 - :func:`balance_trainer` makes a ``transformers.Trainer`` (or TRL's) train the balanced
   steps of a :class:`packlib.BalancedBatchSampler` (docs/training.md).

@@ -5,6 +5,10 @@
 (:func:`block_causal_mask`, :func:`shared_prompt_mask`, :func:`shared_prompt_block_mask`),
 :func:`model_inputs` (a batch without the loss's keys) and :func:`label_tokens` (the tokens
 the collator trains of each example).
+
+>>> from packlib.torch.collate import PackedCollator
+>>> PackedCollator()([{"input_ids": [5, 6]}, {"input_ids": [7]}])["position_ids"].tolist()
+[[0, 1, 0]]
 """
 from __future__ import annotations
 

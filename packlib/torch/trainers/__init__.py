@@ -1,5 +1,10 @@
 """Trainers: balanced, packed steps in ``transformers.Trainer`` and TRL's trainers
-(:func:`balance_trainer`)."""
+(:func:`balance_trainer`).
+
+>>> from packlib.torch.trainers import balance_trainer
+>>> balance_trainer.__name__
+'balance_trainer'
+"""
 from __future__ import annotations
 
 from ._trainer import balance_trainer
