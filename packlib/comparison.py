@@ -56,7 +56,8 @@ class ComparisonTable(list):
     """A list of :class:`ComparisonRow` records that prints as a table.
 
     ``to_markdown()`` gives a Markdown table, ``to_pandas()`` a DataFrame (needs pandas),
-    ``to_records()`` plain dicts; notebooks show it as an HTML table.
+    ``to_records()`` plain dicts, ``plot()`` a bar chart (needs matplotlib); notebooks show it
+    as an HTML table.
     """
 
     columns = ("method", "depth", "packs", "efficiency", "speed-up", "of limit", "gap to bound", "time")
@@ -89,6 +90,17 @@ class ComparisonTable(list):
         except ImportError:
             raise ImportError("to_pandas() needs pandas: pip install 'packlib[pandas]'") from None
         return pd.DataFrame(self.to_records())
+
+    def plot(self, ax=None):
+        """Efficiency by method, grouped by depth, as a bar chart (needs the ``plot`` extra:
+        ``pip install 'packlib[plot]'``).
+
+        Parameters and return value as for :func:`packlib.plot.compare`: one matplotlib
+        ``Axes``, drawn on ``ax`` or a new figure's (``ax.figure.savefig(path)`` saves it).
+        """
+        from .plot import compare as plot_compare
+
+        return plot_compare(self, ax=ax)
 
     def _table(self) -> tuple[list[str], list[list[str]]]:
         """Header and cells; a "note" column only when some row has a note."""
@@ -200,7 +212,7 @@ def compare(
 
     See Also
     --------
-    packlib.plot.compare : the table as a bar chart.
+    ComparisonTable.plot : the table as a bar chart.
     packlib.pack : one method by name.
 
     Examples

@@ -133,6 +133,7 @@ def plan(plan, ax=None, *, log: bool | None = None):
     --------
     histogram : the lengths alone.
     strategies : the packs the plan uses most.
+    packlib.PackingPlan.plot : the same, as a method.
     """
     ax = _axes(ax)
     h = plan.histogram()
@@ -204,9 +205,12 @@ def compare(table, ax=None):
     -------
     matplotlib Axes
 
+    A method that refused the input (its row's efficiency is nan) has no bar.
+
     See Also
     --------
     packlib.compare : the table.
+    packlib.ComparisonTable.plot : the same, as a method (``packlib.compare(h).plot()``).
     """
     ax = _axes(ax)
     methods = list(dict.fromkeys(r.method for r in table))
@@ -218,7 +222,7 @@ def compare(table, ax=None):
         ax.bar(np.arange(len(depths)) + k * width, values, width=width, label=m)
     ax.set_xticks(np.arange(len(depths)) + width * (len(methods) - 1) / 2,
                   ["unlimited" if d is None else f"depth {d}" for d in depths])
-    finite = [100 * r.efficiency for r in table]
+    finite = [100 * r.efficiency for r in table if np.isfinite(r.efficiency)]  # not a refusal's nan
     if finite:
         ax.set_ylim(max(0.0, min(finite) - 2), 100.5)
     ax.set_ylabel("efficiency (%)")

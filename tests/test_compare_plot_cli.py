@@ -202,6 +202,67 @@ def test_plot_without_matplotlib_says_what_to_install(monkeypatch):
         plot.histogram(SMALL)
 
 
+def test_the_table_plots_itself_in_a_notebook():
+    """``packlib.compare(h).plot()``, what a notebook user types: one Axes, a bar per row at
+    the row's efficiency, grouped by depth; ``ax=`` draws on the user's own Axes."""
+    mpl = pytest.importorskip("matplotlib")
+    mpl.use("Agg")
+    import matplotlib.pyplot as plt
+
+    table = packlib.compare(SMALL, methods=["spfhp", "lpfhp", "nnls"], max_sequences_per_pack=(2, None))
+    ax = table.plot()
+    assert isinstance(ax, mpl.axes.Axes) and ax.get_ylabel() == "efficiency (%)"
+    bars = {(c.get_label(), round(p.get_x() + p.get_width() / 2 - k * 0.8 / 3)): p.get_height()
+            for k, c in enumerate(ax.containers) for p in c.patches}
+    expected = {(r.method, [2, None].index(r.depth)): 100 * r.efficiency for r in table}
+    assert bars.keys() == expected.keys()
+    assert all(bars[key] == pytest.approx(value) for key, value in expected.items())
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["depth 2", "unlimited"]
+    plt.close(ax.figure)
+    fig, mine = plt.subplots()
+    assert table.plot(ax=mine) is mine and mine.has_data()
+    plt.close(fig)
+    plan = packlib.nnls_pack(SMALL)
+    ax = plan.plot()
+    assert isinstance(ax, mpl.axes.Axes) and ax.has_data()
+    plt.close(ax.figure)
+
+
+def test_a_refused_row_has_no_bar_and_leaves_the_axis_readable():
+    mpl = pytest.importorskip("matplotlib")
+    mpl.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from packlib.comparison import ComparisonRow, ComparisonTable
+
+    table = ComparisonTable([ComparisonRow("spfhp", 3, 10, 0.9, 1.8, 2.0, 9, 1, 1e-3),
+                             ComparisonRow("nnls", 3, None, float("nan"), float("nan"), 2.0, 9, None, 1e-3, "refused")])
+    ax = table.plot()
+    low, high = ax.get_ylim()
+    assert np.isfinite([low, high]).all() and low <= 90 <= high
+    plt.close(ax.figure)
+
+
+@pytest.mark.parametrize("draw", ["table", "plan"])
+def test_the_plot_methods_without_matplotlib_name_the_extra(monkeypatch, draw):
+    table = packlib.compare(SMALL, methods="lpfhp", max_sequences_per_pack=3)
+    plan = packlib.lpfhp_pack(SMALL)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    monkeypatch.setitem(sys.modules, "matplotlib.pyplot", None)
+    with pytest.raises(ImportError, match=r"pip install 'packlib\[plot\]'"):
+        (table if draw == "table" else plan).plot()
+
+
+def test_the_core_imports_no_matplotlib():
+    """Comparing and planning import no plotting library; only a plot call does."""
+    import subprocess
+
+    code = ("import sys, packlib; packlib.compare([0, 2, 1, 1], methods='spfhp', max_sequences_per_pack=2); "
+            "packlib.lpfhp_pack([0, 2, 1, 1]); assert 'matplotlib' not in sys.modules, 'matplotlib imported'")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+
+
 def test_cli_demo_on_a_histogram_file(tmp_path, capsys):
     path = tmp_path / "h.txt"
     path.write_text("\n".join(map(str, SMALL)) + "\n")

@@ -67,6 +67,7 @@ try:
     matplotlib.use("Agg")
     ax = plan.plot(log=True)
     ax.figure.savefig("packlib-plan.png")
-    print("wrote packlib-plan.png")
+    table.plot().figure.savefig("packlib-compare.png")  # the comparison table of section 2
+    print("wrote packlib-plan.png and packlib-compare.png")
 except ImportError:
     print("matplotlib not installed: pip install 'packlib[plot]'")
