@@ -1,8 +1,11 @@
+import json
 import pathlib
 import re
 import runpy
 import subprocess
 import sys
+
+import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -93,3 +96,57 @@ def test_pytest_collects_the_package_doctests():
     assert 'addopts = "-ra --doctest-modules -n 2 --dist worksteal"' in pyproject
     assert 'empty_parameter_set_mark = "fail_at_collect"' in pyproject
     assert "--durations=15" in (ROOT / ".ci" / "run").read_text()
+
+
+# ---------------------------------------------------------------------------------------------
+# The README is short and shows a chart; its figures live in docs/benchmarks.md with commands.
+
+README_WORDS = 1000
+# figures the README carried before it was cut to a page: each must stay in docs/benchmarks.md
+# (with its command there), so shortening the README drops no measurement
+KEY_FIGURES = [
+    "8,144,341", "8,143,830", "8,143,829", "8,135,727", "9,094,695", "49.97 %", "2.0013×", "8,155,057",
+    "8,152,659", "21–28 s", "47–60 s", "37× / 40×", "14.6 s, 8,155,229 packs", "574,328", "100×",
+    "1,143,639", "90,789", "685 s", "15–70×", "687,900", "37 are within 0.01 %", "0.6–4 s", "9–12 s",
+    "26.2×", "30.4×", "28.8×", "16.5 s", "+0.709 %", "1.05×", "18–38×", "2.33×", "1.22×", "31 %",
+    "30× faster", "34 s", "0.58", "2.4e-7", "2.4×", "2.9×", "3.1×", "0.99 balance", "0.93", "2.1×",
+    "6–11", "0.993 / 0.990", "0.786 / 0.785", "0.28 s", "0.0013", "0.990", "0.823", "0.845",
+    "2026-11-27", "0.977–0.991", "0.235–0.699", "up to 20×", "4 min 38 s to 5 min 21 s",
+    "7 min 42 s to 8 min 53 s",
+]
+
+
+def _readme_words() -> int:
+    return len((ROOT / "README.md").read_text(encoding="utf-8").split())
+
+
+def test_the_readme_is_a_two_minute_read_with_a_chart():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert _readme_words() <= README_WORDS, f"README.md has {_readme_words()} words (at most {README_WORDS})"
+    images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", readme)
+    assert images and all((ROOT / path).is_file() for path in images), images
+    assert "python benchmarks/plot_readme.py" in " ".join(readme.split()), "the command that redraws the chart"
+    for link in re.findall(r"\]\((docs/[^)#]+)", readme):
+        if link != "docs/prefix-trees.md":  # written on another branch
+            assert (ROOT / link).exists(), f"README links to {link}, which does not exist"
+
+
+def test_every_measured_figure_has_its_place_in_docs_benchmarks():
+    page = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    flat = " ".join(page.split())
+    missing = [figure for figure in KEY_FIGURES if figure not in flat]
+    assert not missing, f"figures missing from docs/benchmarks.md: {missing}"
+    recorded = json.loads((ROOT / "benchmarks" / "results" / "readme_chart.json").read_text(encoding="utf-8"))
+    for panel in recorded["panels"]:  # the chart's figures: in a table of the page, with their command
+        assert panel["command"] in flat, panel["command"]
+        for bar in panel["bars"]:
+            assert panel["format"].format(bar["value"]).replace(" s", "") in flat, (panel["title"], bar)
+
+
+def test_the_chart_script_draws_the_recorded_figures(tmp_path):
+    pytest.importorskip("matplotlib", reason="the chart is drawn with matplotlib: pip install 'packlib[plot]'")
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "plot_readme.py"), "--output", str(tmp_path / "c.svg")],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    svg = (tmp_path / "c.svg").read_text(encoding="utf-8")
+    assert svg.lstrip().startswith("<?xml") and "packlib.balance" in svg and "TRL pack_dataset" in svg

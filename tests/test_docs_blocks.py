@@ -124,23 +124,25 @@ def _tiny_model():
     return transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa").train()
 
 
-def _readme_in_code(ns, tmp, stack):
-    import packlib
+def _readme_notebook(ns, tmp, stack):
+    matplotlib = pytest.importorskip("matplotlib", reason="table.plot() draws with matplotlib: pip install 'packlib[plot]'")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
 
+    stack.callback(plt.close, "all")
     ns["tokenized_dataset"] = _token_lists(2000, 8, 512, seed=1)
-    lengths = np.array([len(x) for x in ns["tokenized_dataset"]])
-    ns["histogram"] = packlib.histogram(lengths, 512)
-    ns["tokenized_table"] = _arrow_table(200, 4096, seed=2)  # rows longer than 2048: overflow="split"
+
+
+def _readme_trainer(ns, tmp, stack):
+    pytest.importorskip("accelerate", reason="transformers.Trainer needs accelerate: pip install 'packlib[torch]'")
+    model = _tiny_model()
+    datasets = pytest.importorskip("datasets", reason="pack_dataset packs a Hugging Face dataset: pip install datasets")
+    ids = _token_lists(30, 4, 60, seed=2)  # one packed row of 2,048: four steps of one row
+    ns.update(model=model, dataset=datasets.Dataset.from_dict({"input_ids": ids}))
 
 
 def _readme_collator(ns, tmp, stack):
     ns["model"] = _tiny_model()
-
-
-def _readme_balanced(ns, tmp, stack):
-    import packlib  # imported by the README's first block
-
-    ns.update(packlib=packlib, lengths=np.random.default_rng(3).integers(1, 8192, 3000), rank=0)
 
 
 def _arrow_intro(ns, tmp, stack):
@@ -375,9 +377,10 @@ def _vision_files(ns, tmp, stack):
 
 
 SETUPS = {
-    ("README.md", "In code"): _readme_in_code,
+    ("README.md", "In a notebook: pack a length histogram"): _readme_notebook,
+    ("README.md", "Packing a dataset for a trainer"): _readme_trainer,
     ("README.md", "Packed rows stay apart in the model"): _readme_collator,
-    ("README.md", "Every rank equally busy: compute-balanced steps"): _readme_balanced,
+    ("README.md", "Balanced steps in the Trainer"): _training_balanced,
     ("docs/arrow.md", "Packing Arrow tables and Hugging Face datasets"): _arrow_intro,
     ("docs/arrow.md", "The steps (for your own pipeline)"): _arrow_steps,
     ("docs/balance.md", "Compute-balanced steps for data-parallel training"): _balance_intro,
