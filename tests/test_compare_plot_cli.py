@@ -257,8 +257,8 @@ def test_the_core_imports_no_matplotlib():
     """Comparing and planning import no plotting library; only a plot call does."""
     import subprocess
 
-    code = ("import sys, packlib; packlib.compare([0, 2, 1, 1], methods='spfhp', max_sequences_per_pack=2); "
-            "packlib.lpfhp_pack([0, 2, 1, 1]); assert 'matplotlib' not in sys.modules, 'matplotlib imported'")
+    code = ("import sys, packlib; table = packlib.compare([0, 2, 1, 1], methods='spfhp', warmup=False); "
+            "table.best(); packlib.PackingPlan; assert 'matplotlib' not in sys.modules, 'matplotlib imported'")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
 
