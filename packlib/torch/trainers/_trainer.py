@@ -28,6 +28,7 @@ from ...balancing._epochs import EpochStream
 from ...balancing._sampler import BalancedBatchSampler, set_label_counter
 from ..collate._examples import label_tokens
 from .._lazy import require_torch
+from ._checks import check_trainer
 
 set_label_counter(label_tokens)  # the sampler counts what this package's collator trains
 
@@ -91,6 +92,7 @@ def balance_trainer(trainer, sampler):
                          f"trainer runs process {args.process_index} of {args.world_size}: build it with "
                          "rank=args.process_index, world_size=args.world_size")
     _check_collator(trainer.data_collator)
+    check_trainer(trainer, sampler)
     if args.max_steps > 0:
         stream = EpochStream(sampler, total_steps=args.max_steps)
     else:
