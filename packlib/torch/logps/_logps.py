@@ -113,7 +113,8 @@ def sequence_logps(logits, batch, *, chunk_size: int | None = None):
     For a row of pairs from :class:`PackedCollator`: ``2B`` values, the ``B`` chosen then the
     ``B`` rejected (``.chunk(2)`` splits them as ``DPOTrainer`` does); for groups, group-major
     (completion ``j`` of group ``g`` at ``g * k + j``); for packed sequences (``labels``), one
-    value per sequence, summing its labelled tokens. Token ``t``'s log-probability is read
+    value per sequence, summing its labelled tokens (a :class:`VisionPackedCollator` row too:
+    one value per example, each equal to the example run alone). Token ``t``'s log-probability is read
     from the logits of the position that predicts it (``t - 1`` in its own sequence; the
     prompt's last token for a completion's first token when the prompt is shared), as
     ``log_softmax`` in float32; sums accumulate in float64 and come back as float32.

@@ -74,7 +74,13 @@ def balance_trainer(trainer, sampler):
     Refused (``ValueError``, naming the setting): ``per_device_train_batch_size`` other than
     1, ``gradient_accumulation_steps`` other than the sampler's ``micro_batches``, a rank or
     world size other than the trainer's, transformers' padding collators, and (when the
-    trainer builds its loader) a dataset whose rows are not the sampler's lengths.
+    trainer builds its loader) a dataset whose rows are not the sampler's lengths. Also, before
+    anything changes: a dataset without ``len()`` and indexing (iterable, streaming), a trainer
+    that regroups rows (TRL's ``GRPOTrainer``, ``RLOOTrainer``: use ``PackedGRPOTrainer``), a
+    model whose loss cannot take ``num_items_in_batch``; a model whose ``forward`` does pass it
+    on although it declares ``accepts_loss_kwargs = False`` (Qwen2.5-VL, Qwen3-VL) gets
+    ``trainer.model_accepts_loss_kwargs = True``; a model transformers cannot resume through
+    the Trainer (Qwen2-VL, Qwen2.5-VL) is warned about.
     """
     if not isinstance(sampler, BalancedBatchSampler):
         raise TypeError(f"sampler must be a packlib.BalancedBatchSampler, got {type(sampler).__name__}")
