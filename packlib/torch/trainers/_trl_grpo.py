@@ -80,6 +80,9 @@ class PackedGRPOMixin:
             entropies[index, :ours.shape[1]] = ent * mask
 
 
+PackedGRPOMixin.__module__ = "packlib.torch"
+
+
 def _groups(input_ids, attention_mask, keep, rows):
     """TRL's padded rows as :class:`PackedCollator` groups: ``(examples, order)``, ``order``
     the padded row of each packed sequence (group-major)."""
@@ -140,7 +143,7 @@ def packed_grpo_trainer():
         except ImportError as e:
             raise ImportError("PackedGRPOTrainer needs TRL: pip install trl") from e
         _CLASS = type("PackedGRPOTrainer", (PackedGRPOMixin, GRPOTrainer), {
-            "__module__": "packlib.torch.trainers", "__doc__":
+            "__module__": "packlib.torch", "__doc__":
             "``trl.GRPOTrainer`` computing its per-token log-probs on packed rows, each prompt once "
             "(:class:`PackedGRPOMixin`); built and used exactly as ``GRPOTrainer``."})
     return _CLASS
