@@ -108,7 +108,13 @@ def _padded_batch(seed=0, B=8, P=5, C=6):
     return ids * mask, mask, C
 
 
-def test_per_token_logps_entropies_and_gradients_equal_trls(tmp_path):
+@pytest.mark.parametrize("attention", ["dense", "flash"])
+def test_per_token_logps_entropies_and_gradients_equal_trls(tmp_path, monkeypatch, attention):
+    """Both layouts: the prompt once (sdpa's 4-D mask) and, as for a flash-attention model, per
+    completion (run here by sdpa, which reads the restarting position_ids)."""
+    from packlib.torch.trainers import _trl_grpo
+
+    monkeypatch.setattr(_trl_grpo, "_attention", lambda model: attention)
     trainer = _trainer(PackedGRPOTrainer, tmp_path)
     model = trainer.model
     ids, mask, C = _padded_batch()
@@ -142,13 +148,15 @@ def test_what_the_packed_path_cannot_read_is_refused(tmp_path):
         trainer._get_per_token_logps_and_entropies(trainer.model, ids, holed, C)
 
 
-@pytest.mark.parametrize("planned", [None, 2])
-def test_balance_trainer_refuses_grpo_trainers(tmp_path, planned):
-    trainer = _trainer(trl.GRPOTrainer, tmp_path, per_device_train_batch_size=1, gradient_accumulation_steps=2,
-                       generation_batch_size=K)
+@pytest.mark.parametrize("planned, cls", [(None, "GRPOTrainer"), (2, "GRPOTrainer"), (None, "PackedGRPOTrainer")])
+def test_balance_trainer_refuses_grpo_trainers(tmp_path, planned, cls):
+    trainer = _trainer(getattr(trl, cls, PackedGRPOTrainer), tmp_path, per_device_train_batch_size=1,
+                       gradient_accumulation_steps=2, generation_batch_size=K)
     lengths = np.full(4, 5) if planned is None else np.full((4, planned), 5)
     sampler = packlib.BalancedBatchSampler(lengths, 64, rank=0, world_size=1, micro_batches=2)
-    match = "GRPOTrainer draws prompts, .*PackedGRPOTrainer"
+    match = "GRPOTrainer draws prompts, .*use packlib.torch.PackedGRPOTrainer, which packs"
+    if cls == "PackedGRPOTrainer":
+        match = "GRPOTrainer draws prompts, .*balance_trainer on it: train it as it is, which packs"
     if planned:
         match = r"num_generations=4 but the sampler plans groups of 2 sequences"
     with pytest.raises(ValueError, match=match):

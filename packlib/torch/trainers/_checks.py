@@ -59,9 +59,10 @@ def check_regrouping(trainer, sampler) -> None:
         f" (and num_generations={k} but the sampler plans groups of {width} sequences)")
     raise ValueError(f"{kind} draws prompts, repeats each num_generations={k} times and groups the completions it "
                      f"generates itself; balance_trainer's micro-batches would mix the prompts of a group and leave "
-                     f"prompts without completions{planned}. Do not call balance_trainer on it: use "
-                     "packlib.torch.trainers.PackedGRPOTrainer, which packs each micro-batch TRL forms (each prompt "
-                     "once, its completions after it) and keeps TRL's sampling, groups and loss")
+                     f"prompts without completions{planned}. Do not call balance_trainer on it: "
+                     + ("train it as it is" if "PackedGRPOMixin" in names else
+                        "use packlib.torch.PackedGRPOTrainer") + ", which packs each micro-batch TRL forms (each "
+                     "prompt once, its completions after it) and keeps TRL's sampling, groups and loss")
 
 
 def _forward_passes_kwargs_to_loss(model) -> bool:
