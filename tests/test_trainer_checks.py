@@ -19,7 +19,8 @@ transformers = pytest.importorskip("transformers", reason="the trainer tests bui
 pytest.importorskip("accelerate", reason="pip install 'packlib[torch]'")
 
 import packlib  # noqa: E402
-from packlib.torch import PackedCollator, VisionPackedCollator, balance_trainer, sequence_logps  # noqa: E402
+from packlib.torch import (PackedCollator, VisionPackedCollator, balance_trainer, sequence_logps,  # noqa: E402
+                           token_logps)
 from packlib.torch.trainers._checks import resume_drops_weights  # noqa: E402
 from tests import _trainer_worker as worker  # noqa: E402
 from tests import naive_vision as nv  # noqa: E402
@@ -115,6 +116,8 @@ def test_sequence_logps_of_a_vision_row_is_each_example_alone(family):
         alone = torch.stack([-p[1] for p in nv.alone(model, exs)])
     assert ours.shape == (len(exs),)
     assert float((ours - alone).abs().max()) < 1e-3 * float(alone.abs().max())
+    with pytest.raises(ValueError, match="token_logps needs a batch of pairs or groups from PackedCollator"):
+        token_logps(torch.zeros(1, batch["input_ids"].shape[1], nv.VOCAB), batch)  # GRPO's layout only
     bad = dict(batch, position_ids=batch["position_ids"][1:])
     with pytest.raises(ValueError, match="mRoPE positions without the row of text positions"):
         sequence_logps(torch.zeros(1, batch["input_ids"].shape[1], nv.VOCAB), bad)

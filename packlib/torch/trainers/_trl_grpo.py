@@ -62,11 +62,12 @@ class PackedGRPOMixin:
         examples, order = _groups(input_ids, attention_mask, keep, rows)
         if not examples:
             return
-        share = _attention(model) != "flash"
+        inner = self.accelerator.unwrap_model(model)  # its config: DDP and the like hide it
+        share = _attention(inner) != "flash"
         collate = PackedCollator(share_prompt=share, ragged_groups=True, flash_attn_kwargs=not share,
-                                 mask_dtype=_dtype(model) if share else None)
+                                 mask_dtype=_dtype(inner) if share else None)
         batch = {k: (v.to(input_ids.device) if torch.is_tensor(v) else v) for k, v in collate(examples).items()}
-        if share and _attention(model) == "flex":
+        if share and _attention(inner) == "flex":
             batch["attention_mask"] = shared_prompt_block_mask(batch, device=input_ids.device)
         with self.accelerator.autocast():
             logits = model(**model_inputs(batch)).logits
