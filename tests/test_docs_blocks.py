@@ -342,6 +342,22 @@ def _preference_kto(ns, tmp, stack):
     ns.update(model=model, ref_model=ref_model, examples=examples)
 
 
+def _preference_grpo_trainer(ns, tmp, stack):
+    pytest.importorskip("trl", reason="the block runs TRL's GRPOTrainer: pip install trl")
+    pytest.importorskip("datasets", reason="GRPOTrainer reads a datasets.Dataset")
+    from tests import test_trainer_grpo as grpo
+
+    ns.update(model=grpo._model(), tokenizer=grpo._tokenizer(), prompts=grpo._prompts(), reward=grpo._reward)
+
+
+def _multimodal_trainer(ns, tmp, stack):
+    pytest.importorskip("accelerate", reason="transformers.Trainer needs accelerate: pip install 'packlib[torch]'")
+    _multimodal(ns, tmp, stack)
+    from tests import naive_vision as nv
+
+    ns.update(model=nv.tiny_model("qwen2_5_vl"))
+
+
 def _preference_plans(ns, tmp, stack):
     pytest.importorskip("torch", reason="the block collates with packlib.torch")
     ns["dataset"] = _pairs(300, seed=32)
@@ -403,11 +419,13 @@ SETUPS = {
     ("docs/preference.md", "A reward model"): _preference_reward,
     ("docs/preference.md", "KTO"): _preference_kto,
     ("docs/preference.md", "Plans keep pairs and groups whole"): _preference_plans,
+    ("docs/preference.md", "TRL's `GRPOTrainer`, packed: `PackedGRPOTrainer`"): _preference_grpo_trainer,
     ("docs/multimodal.md", "Vision-language packing: Qwen2-VL, Qwen2.5-VL, Qwen3-VL"): _multimodal,
     ("docs/multimodal.md", "Planning rows on the true length"): _multimodal,
     ("docs/multimodal.md", "Balanced steps that count the vision tower"): _multimodal,
     ("docs/multimodal.md", "Packed datasets: images carried with their rows"): _multimodal_table,
     ("docs/multimodal.md", "Datasets larger than memory"): _vision_files,
+    ("docs/multimodal.md", "In `transformers.Trainer`: `balance_trainer`, and resuming"): _multimodal_trainer,
     ("docs/pipeline.md", "Images and other columns carried whole: `--carry`"): _vision_files,
 }
 

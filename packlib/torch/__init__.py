@@ -31,7 +31,9 @@ measured on the model).
   :func:`calibrate_vision_cost` the vision tower's cost per image (docs/multimodal.md).
 - :class:`CheckpointableDataset` wraps a checkpointable iterator as an ``IterableDataset``.
 - :func:`balance_trainer` makes a ``transformers.Trainer`` (or TRL's) train the balanced
-  steps of a :class:`packlib.BalancedBatchSampler` (docs/training.md).
+  steps of a :class:`packlib.BalancedBatchSampler` (docs/training.md); ``PackedGRPOTrainer``
+  (:class:`PackedGRPOMixin`) is TRL's ``GRPOTrainer`` computing its log-probs on packed
+  rows, each prompt once (docs/preference.md).
 
 >>> from packlib.torch import PackedCollator
 >>> batch = PackedCollator()([{"input_ids": [5, 6, 7]}, {"input_ids": [8, 9]}])
@@ -51,15 +53,20 @@ from .collate import (PackedCollator, VisionPackedCollator, block_causal_mask, l
                       shared_prompt_block_mask, shared_prompt_mask)
 from .cost import CostFit, calibrate_cost, calibrate_vision_cost, calibration_rows, image_grid_thw
 from .logps import sequence_logps, sequence_scores, token_logps
-from .trainers import balance_trainer
+from .trainers import PackedGRPOMixin, balance_trainer
 
 __all__ = ["PackedCollator", "block_causal_mask", "CheckpointableDataset", "label_tokens", "sequence_logps",
            "token_logps", "sequence_scores",
            "model_inputs", "shared_prompt_mask", "shared_prompt_block_mask", "calibrate_cost", "calibration_rows",
-           "CostFit", "VisionPackedCollator", "calibrate_vision_cost", "image_grid_thw", "balance_trainer"]
+           "CostFit", "VisionPackedCollator", "calibrate_vision_cost", "image_grid_thw", "balance_trainer",
+           "PackedGRPOMixin"]
 
 
 def __getattr__(name):
     if name == ITERABLE_NAME:  # unpickling in a fresh process
         return iterable_dataset_class()
+    if name == "PackedGRPOTrainer":  # built on first use: it subclasses TRL's GRPOTrainer
+        from .trainers import PackedGRPOTrainer
+
+        return PackedGRPOTrainer
     raise AttributeError(f"module 'packlib.torch' has no attribute {name!r}")

@@ -32,7 +32,7 @@ def _targets(batch, T: int):
         raise ValueError("sequence_logps needs a batch from PackedCollator: pairs or groups (with 'prev_index', "
                          "'sequence_ids', 'completion_mask') or packed sequences (with 'labels' and 'position_ids'); "
                          f"got keys {sorted(map(str, batch))}")
-    labels, pos = batch["labels"].reshape(-1), batch["position_ids"].reshape(-1)
+    labels, pos = batch["labels"].reshape(-1), _text_positions(batch["position_ids"])
     _check_length(labels.numel(), T)
     starts = pos == 0
     if not bool(starts[0]):
@@ -47,6 +47,18 @@ def _targets(batch, T: int):
     seq = torch.cumsum(starts.to(torch.int64), 0) - 1
     where = torch.nonzero(sel).reshape(-1)
     return where - 1, labels[where], seq[where], int(starts.sum())
+
+
+def _text_positions(pos):
+    """The row's text positions: ``position_ids`` itself, or the first of the ``(4, 1, T)``
+    rows :class:`VisionPackedCollator` writes (text positions, then mRoPE's t, h, w)."""
+    if pos.dim() == 3 and pos.shape[1] == 1:
+        if pos.shape[0] != 4:
+            raise ValueError(f"batch['position_ids'] has shape {tuple(pos.shape)}: mRoPE positions without the row of "
+                             "text positions, from which sequence_logps reads where each sequence starts; give the "
+                             "batch VisionPackedCollator returned (position_ids of shape (4, 1, T))")
+        pos = pos[0]
+    return pos.reshape(-1)
 
 
 def _check_length(n: int, T: int) -> None:
@@ -101,7 +113,8 @@ def sequence_logps(logits, batch, *, chunk_size: int | None = None):
     For a row of pairs from :class:`PackedCollator`: ``2B`` values, the ``B`` chosen then the
     ``B`` rejected (``.chunk(2)`` splits them as ``DPOTrainer`` does); for groups, group-major
     (completion ``j`` of group ``g`` at ``g * k + j``); for packed sequences (``labels``), one
-    value per sequence, summing its labelled tokens. Token ``t``'s log-probability is read
+    value per sequence, summing its labelled tokens (a :class:`VisionPackedCollator` row too:
+    one value per example, each equal to the example run alone). Token ``t``'s log-probability is read
     from the logits of the position that predicts it (``t - 1`` in its own sequence; the
     prompt's last token for a completion's first token when the prompt is shared), as
     ``log_softmax`` in float32; sums accumulate in float64 and come back as float32.

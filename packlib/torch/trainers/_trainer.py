@@ -28,6 +28,7 @@ from ...balancing._epochs import EpochStream
 from ...balancing._sampler import BalancedBatchSampler, set_label_counter
 from ..collate._examples import label_tokens
 from .._lazy import require_torch
+from ._checks import check_trainer
 
 set_label_counter(label_tokens)  # the sampler counts what this package's collator trains
 
@@ -73,7 +74,13 @@ def balance_trainer(trainer, sampler):
     Refused (``ValueError``, naming the setting): ``per_device_train_batch_size`` other than
     1, ``gradient_accumulation_steps`` other than the sampler's ``micro_batches``, a rank or
     world size other than the trainer's, transformers' padding collators, and (when the
-    trainer builds its loader) a dataset whose rows are not the sampler's lengths.
+    trainer builds its loader) a dataset whose rows are not the sampler's lengths. Also, before
+    anything changes: a dataset without ``len()`` and indexing (iterable, streaming), a trainer
+    that regroups rows (TRL's ``GRPOTrainer``, ``RLOOTrainer``: use ``PackedGRPOTrainer``), a
+    model whose loss cannot take ``num_items_in_batch``; a model whose ``forward`` does pass it
+    on although it declares ``accepts_loss_kwargs = False`` (Qwen2.5-VL, Qwen3-VL) gets
+    ``trainer.model_accepts_loss_kwargs = True``; a model transformers cannot resume through
+    the Trainer (Qwen2-VL, Qwen2.5-VL) is warned about.
     """
     if not isinstance(sampler, BalancedBatchSampler):
         raise TypeError(f"sampler must be a packlib.BalancedBatchSampler, got {type(sampler).__name__}")
@@ -91,6 +98,7 @@ def balance_trainer(trainer, sampler):
                          f"trainer runs process {args.process_index} of {args.world_size}: build it with "
                          "rank=args.process_index, world_size=args.world_size")
     _check_collator(trainer.data_collator)
+    check_trainer(trainer, sampler)
     if args.max_steps > 0:
         stream = EpochStream(sampler, total_steps=args.max_steps)
     else:

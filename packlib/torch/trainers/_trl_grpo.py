@@ -1,0 +1,150 @@
+"""TRL's ``GRPOTrainer`` on packed rows: :class:`PackedGRPOMixin` and ``PackedGRPOTrainer``.
+
+``GRPOTrainer`` samples ``num_generations`` completions per prompt, scores them, and then
+computes each completion token's log-probability on a padded batch that repeats every prompt
+for each of its completions (prompts left-padded, completions right-padded). The mixin
+replaces that one computation (``_get_per_token_logps_and_entropies``, used for the policy,
+the old policy and the reference model alike): the rows TRL hands it are laid out as
+:class:`PackedCollator` groups, **each prompt once** with its completions after it, in one
+padding-free row, and :func:`token_logps` reads the log-probs back into TRL's padded shape.
+Sampling, rewards, advantages, the loss (every ``loss_type``) and the Trainer's accumulation
+stay TRL's own.
+
+>>> from packlib.torch.trainers import PackedGRPOMixin
+>>> PackedGRPOMixin.__name__
+'PackedGRPOMixin'
+"""
+from __future__ import annotations
+
+from .._lazy import require_torch
+from ..collate import PackedCollator, model_inputs, shared_prompt_block_mask
+from ..logps import token_logps
+
+_CLASS = None
+
+
+class PackedGRPOMixin:
+    """Put before ``GRPOTrainer`` (or a subclass of it) in a class's bases:
+    ``class MyTrainer(PackedGRPOMixin, GRPOTrainer)``; ``PackedGRPOTrainer`` is that class.
+
+    Each call's rows are grouped by prompt (rows with the same prompt tokens are one group,
+    whichever order TRL shuffled them into), laid out with ``PackedCollator(share_prompt=True,
+    ragged_groups=True)`` and run as one row of ``batch_size`` rows at most (TRL's chunking);
+    the attention keeps each completion to its prompt and itself (the batch's 4-D mask with
+    ``sdpa`` / ``eager``, a ``BlockMask`` with ``flex_attention``). With a flash-attention
+    model the prompt is laid out per completion instead (flash-attention's varlen kernels
+    cannot read a tree). Entropies are computed from the same logits, divided by the
+    temperature as TRL's fused head does.
+
+    Refused (``ValueError``): images (vision-language models: use ``GRPOTrainer``), MoE
+    auxiliary losses, completions whose mask is not one run of ones from their start.
+    """
+
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
+                                           compute_entropy=False, compute_aux_loss=False, **vision):
+        torch = require_torch()
+        given = sorted(k for k, v in vision.items() if v is not None)
+        if given or compute_aux_loss:
+            what = "MoE auxiliary loss" if compute_aux_loss else f"vision inputs ({', '.join(given)})"
+            raise ValueError(f"PackedGRPOTrainer packs text rows only; this batch needs the {what}: train it with "
+                             "trl.GRPOTrainer")
+        n = input_ids.shape[0]
+        step = batch_size or n
+        logps = torch.zeros(n, logits_to_keep, dtype=torch.float32, device=input_ids.device)
+        entropies = torch.zeros_like(logps) if compute_entropy else None
+        for start in range(0, n, step):
+            rows = range(start, min(n, start + step))
+            self._packed_chunk(model, input_ids, attention_mask, logits_to_keep, rows, logps, entropies)
+        return logps, entropies, None
+
+    def _packed_chunk(self, model, input_ids, attention_mask, keep, rows, logps, entropies):
+        torch = require_torch()
+        examples, order = _groups(input_ids, attention_mask, keep, rows)
+        if not examples:
+            return
+        inner = self.accelerator.unwrap_model(model)  # its config: DDP and the like hide it
+        share = _attention(inner) != "flash"
+        collate = PackedCollator(share_prompt=share, ragged_groups=True, flash_attn_kwargs=not share,
+                                 mask_dtype=_dtype(inner) if share else None)
+        batch = {k: (v.to(input_ids.device) if torch.is_tensor(v) else v) for k, v in collate(examples).items()}
+        if share and _attention(inner) == "flex":
+            batch["attention_mask"] = shared_prompt_block_mask(batch, device=input_ids.device)
+        with self.accelerator.autocast():
+            logits = model(**model_inputs(batch)).logits
+        temperature = getattr(self, "temperature", 1.0)
+        ours, mask = token_logps(logits, batch, temperature=temperature)
+        index = torch.as_tensor(order, device=input_ids.device)
+        logps[index, :ours.shape[1]] = ours * mask
+        if entropies is not None:
+            with torch.set_grad_enabled(torch.is_grad_enabled() and bool(getattr(self, "_entropy_bonus_enabled", 0))):
+                ent = _entropies(logits, batch, temperature, ours.shape)
+            entropies[index, :ours.shape[1]] = ent * mask
+
+
+PackedGRPOMixin.__module__ = "packlib.torch"
+
+
+def _groups(input_ids, attention_mask, keep, rows):
+    """TRL's padded rows as :class:`PackedCollator` groups: ``(examples, order)``, ``order``
+    the padded row of each packed sequence (group-major)."""
+    prompt_part, completion_part = attention_mask[:, :-keep], attention_mask[:, -keep:]
+    groups: dict = {}
+    for i in rows:
+        c = completion_part[i]
+        length = int(c.sum())
+        if not bool((c[:length] != 0).all()):
+            raise ValueError(f"row {i}'s completion mask is not one run of ones from its start: PackedGRPOTrainer "
+                             "reads each completion as its first tokens; train it with trl.GRPOTrainer")
+        if length == 0:
+            continue
+        p = prompt_part[i] != 0
+        prompt = tuple(input_ids[i, :-keep][p].tolist())
+        groups.setdefault(prompt, []).append((i, input_ids[i, -keep:][:length].tolist()))
+    examples = [{"prompt_ids": list(p), "completion_ids": [c for _, c in members]} for p, members in groups.items()]
+    order = [i for members in groups.values() for i, _ in members]
+    return examples, order
+
+
+def _attention(model) -> str:
+    impl = str(getattr(getattr(model, "config", None), "_attn_implementation", "") or "")
+    return "flash" if "flash" in impl else "flex" if "flex" in impl else "dense"
+
+
+def _dtype(model):
+    torch = require_torch()
+    param = next(model.parameters(), None)
+    return param.dtype if param is not None and param.dtype.is_floating_point else torch.float32
+
+
+def _entropies(logits, batch, temperature, shape):
+    """Each completion token's entropy of ``softmax(logits / temperature)`` at the position that
+    predicts it, in :func:`token_logps`' layout."""
+    torch = require_torch()
+    flat = logits.reshape(-1, logits.shape[-1])
+    prev, sid = batch["prev_index"].reshape(-1), batch["sequence_ids"].reshape(-1)
+    where = torch.nonzero(batch["completion_mask"].reshape(-1) != 0).reshape(-1)
+    seq, src = sid[where], prev[where]
+    runs, counts = torch.unique_consecutive(seq, return_counts=True)
+    col = torch.arange(seq.numel(), device=seq.device) - torch.repeat_interleave(torch.cumsum(counts, 0) - counts,
+                                                                                  counts)
+    ok = src >= 0
+    x = flat.index_select(0, src[ok]).float() / temperature
+    logp = torch.log_softmax(x, dim=-1)
+    ent = -(logp.exp() * logp).sum(-1)
+    out = torch.zeros(shape, dtype=torch.float32, device=flat.device)
+    return out.index_put((seq[ok], col[ok]), ent)
+
+
+def packed_grpo_trainer():
+    """``PackedGRPOTrainer``: ``(PackedGRPOMixin, trl.GRPOTrainer)``, built on first use."""
+    global _CLASS
+    if _CLASS is None:
+        try:
+            from trl import GRPOTrainer
+        except ImportError as e:
+            raise ImportError("PackedGRPOTrainer needs TRL: pip install trl") from e
+        _CLASS = type("PackedGRPOTrainer", (PackedGRPOMixin, GRPOTrainer), {
+            "__module__": "packlib.torch", "__doc__":
+            "``trl.GRPOTrainer`` computing its per-token log-probs on packed rows, each prompt once "
+            "(:class:`PackedGRPOMixin`); built and used exactly as ``GRPOTrainer``."})
+    return _CLASS
