@@ -128,6 +128,9 @@ def sequence_logps(logits, batch, *, chunk_size: int | None = None):
     """
     torch = require_torch()
     flat, chunk_size = _flat_logits(logits, chunk_size)
+    if isinstance(batch, Mapping) and "tree_end" in batch:  # a prefix tree: one value per trajectory
+        from ._tree import tree_sequence_logps
+        return tree_sequence_logps(batch, flat.shape[0], flat.device, lambda s, t: _apply(flat, s, t, chunk_size, 1.0))
     src, tok, seq, n = _targets(batch, flat.shape[0])
     dev = flat.device
     src, tok, seq = src.to(dev), tok.to(dev), seq.to(dev)
@@ -231,6 +234,10 @@ def token_logps(logits, batch, *, chunk_size: int | None = None, temperature: fl
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0 (the logits are divided by it), got {temperature}")
     flat, chunk_size = _flat_logits(logits, chunk_size)
+    if isinstance(batch, Mapping) and "tree_end" in batch:  # a prefix tree: one row per trajectory
+        from ._tree import tree_token_logps
+        return tree_token_logps(batch, flat.shape[0], flat.device,
+                                lambda s, t: _apply(flat, s, t, chunk_size, 1.0 / temperature))
     src, tok, seq, col, n, width = _completion_targets(batch, flat.shape[0])
     dev = flat.device
     counted = src >= 0
