@@ -292,3 +292,28 @@ def test_settings_that_cannot_express_a_tree_are_refused():
     with pytest.raises(ValueError, match="share_prefix"):
         tree_block_mask(PackedCollator()([{"input_ids": [1, 2]}]))
     assert "share_prefix=True" in repr(PackedCollator(share_prefix=True))
+
+
+def test_balance_plans_rows_of_whole_trees_by_their_cost():
+    import packlib
+
+    rng = np.random.default_rng(11)
+    trees = [stepwise_agent(rng, turns=int(rng.integers(2, 6))) for _ in range(12)]
+    examples = [s for t in trees for s in t]
+    tokens, pairs = tree_sizes(examples, tree_ids=[i for i, t in enumerate(trees) for _ in t])
+    a, b = packlib.transformer_cost(32)
+    L = 200
+    schedule = packlib.balance(tokens, L, world_size=2, cost=(a, 0.0), extra_costs=2 * b * pairs, drop_last=False)
+    seen = []
+    collator = PackedCollator(share_prefix=True, max_sequence_length=L)
+    for r in range(2):
+        for step in schedule.rank(r):
+            for row in step:
+                batch = collator([s for i in row.tolist() for s in trees[i]])  # whole trees, within the row
+                assert batch["input_ids"].shape[1] <= tokens[row].sum() <= L
+                seen += row.tolist()
+    assert sorted(seen) == list(range(len(trees)))
+    costs = schedule.sample_costs
+    assert np.allclose(costs, a * tokens + 2 * b * pairs)
+    with pytest.raises(ValueError, match="exceeds max_sequence_length"):
+        packlib.balance(tokens, int(tokens.max()) - 1, world_size=2, drop_last=False)
