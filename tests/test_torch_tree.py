@@ -233,7 +233,8 @@ def test_token_keys_follow_their_tokens_and_example_keys_are_carried():
              {"input_ids": [1, 2, 3, 4, 5, 6], "completion_mask": [0, 0, 0, 0, 1, 1], "adv": [0, 0, 0, 0, 1.0, 2.0],
               "id": 8}]
     batch = PackedCollator(share_prefix=True, token_keys=["adv"])(turns)
-    assert batch["input_ids"].tolist() == [[1, 2, 3, 4, 5, 6]] and batch["position_ids"].tolist() == [[0, 1, 2, 3, 4, 5]]
+    assert batch["input_ids"].tolist() == [[1, 2, 3, 4, 5, 6]]
+    assert batch["position_ids"].tolist() == [[0, 1, 2, 3, 4, 5]]
     assert batch["adv"].tolist() == [[0.5, 0.25], [1.0, 2.0]] and batch["id"].tolist() == [7, 8]
     logps, mask = token_logps(torch.zeros(1, 6, 8), batch)
     assert logps.shape == batch["adv"].shape and mask.tolist() == [[1, 1], [1, 1]]

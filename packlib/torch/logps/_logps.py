@@ -101,7 +101,8 @@ def sequence_logps(logits, batch, *, chunk_size: int | None = None):
     For a row of pairs from :class:`PackedCollator`: ``2B`` values, the ``B`` chosen then the
     ``B`` rejected (``.chunk(2)`` splits them as ``DPOTrainer`` does); for groups, group-major
     (completion ``j`` of group ``g`` at ``g * k + j``); for packed sequences (``labels``), one
-    value per sequence, summing its labelled tokens. Token ``t``'s log-probability is read
+    value per sequence, summing its labelled tokens; for a prefix tree (``share_prefix=True``),
+    one value per trajectory, summing its trained tokens. Token ``t``'s log-probability is read
     from the logits of the position that predicts it (``t - 1`` in its own sequence; the
     prompt's last token for a completion's first token when the prompt is shared), as
     ``log_softmax`` in float32; sums accumulate in float64 and come back as float32.
@@ -192,6 +193,9 @@ def token_logps(logits, batch, *, chunk_size: int | None = None, temperature: fl
     ``completion_mask``, from one packed row of pairs or groups: row ``i`` holds sequence
     ``i``'s completion tokens in order (pairs: the ``B`` chosen, then the ``B`` rejected;
     groups: group-major, completion ``j`` of group ``g`` at ``g * k + j``), zero past its end.
+    On a prefix tree (``share_prefix=True``) row ``i`` is trajectory ``i``'s completion (from its
+    first trained token on; ``mask`` 0 on its untrained tokens), each token read at its parent
+    in the trie; a token several trajectories train is computed once and handed to each.
     Computed as :func:`sequence_logps` computes them: float32 ``log_softmax`` of the logits of
     the position that predicts each token, ``chunk_size`` tokens at a time (the same memory
     bound), the backward recomputing each chunk's softmax.
