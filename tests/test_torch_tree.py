@@ -318,3 +318,25 @@ def test_balance_plans_rows_of_whole_trees_by_their_cost():
     assert np.allclose(costs, a * tokens + 2 * b * pairs)
     with pytest.raises(ValueError, match="exceeds max_sequence_length"):
         packlib.balance(tokens, int(tokens.max()) - 1, world_size=2, drop_last=False)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.integers(1, 3), st.booleans()), min_size=2, max_size=9), min_size=1,
+                max_size=6))
+def test_each_trajectorys_tokens_are_read_at_their_parent(trajs):
+    trajs = [t if any(f for _, f in t[1:]) else t[:-1] + [(t[-1][0], True)] for t in trajs]
+    examples = [{"input_ids": [x for x, _ in t], "completion_mask": [int(f) for _, f in t]} for t in trajs]
+    batch = PackedCollator(share_prefix=True, token_keys=["w"])(
+        [dict(e, w=[float(i) for i in range(len(e["input_ids"]))]) for e in examples])
+    seqs = [e["input_ids"] for e in examples]
+    _, parent, nodes = naive_trie(seqs)
+    logits = torch.randn(1, len(parent), 5, dtype=torch.float64).float()
+    logps, mask = token_logps(logits, batch)
+    table = torch.log_softmax(logits[0], -1)
+    for i, (seq, t) in enumerate(zip(seqs, trajs)):
+        first = next(d for d in range(1, len(t)) if t[d][1])
+        for c, d in enumerate(range(first, len(seq))):
+            want = float(table[parent[nodes[i][d]], seq[d]]) if t[d][1] else 0.0
+            assert mask[i, c] == int(t[d][1]) and abs(float(logps[i, c]) - want) < 1e-6
+            assert float(batch["w"][i, c]) == d  # a per-token key follows its trajectory's token
+        assert int(mask[i].sum()) == sum(f for _, f in t[1:])
