@@ -169,10 +169,11 @@ def mask_table(sizes, create_sizes):
         print(f"| {size:,} | " + " | ".join(cells) + " |")
 
 
-def gpu_step(size=32_768, hidden=1024, layers=8, repeat=5):
+def gpu_step(size=16_384, hidden=1024, layers=8, repeat=5):
     """A training step (forward + backward) of a Llama with flex_attention on one tree row
-    against plain varlen packing of the same trajectories (flash-attention's cu_seq_lens) and
-    against a flex BlockMask built by create_block_mask: left ready, run where CUDA is."""
+    against plain packing of the same trajectories (each whole, kept apart by position_ids) and
+    against the same tree with a BlockMask made from a dense ``T x T`` mask (as AReaL builds
+    it): left ready, run where CUDA is. The dense mask needs ``T²`` bytes of GPU memory."""
     import torch
 
     if not torch.cuda.is_available():
@@ -180,7 +181,7 @@ def gpu_step(size=32_768, hidden=1024, layers=8, repeat=5):
         return None
     import transformers
 
-    from packlib.torch import PackedCollator, model_inputs, token_logps, tree_block_mask
+    from packlib.torch import PackedCollator, model_inputs, token_logps, tree_block_mask, tree_mask
 
     cfg = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=hidden, intermediate_size=4 * hidden,
                                    num_hidden_layers=layers, num_attention_heads=hidden // 64,
@@ -201,7 +202,24 @@ def gpu_step(size=32_768, hidden=1024, layers=8, repeat=5):
     def step_plain():
         model(**plain).loss.backward()
 
-    for name, fn in (("prefix tree (flex)", step_tree), ("plain packing (flex, position_ids)", step_plain)):
+    dense = dict(tree)  # AReaL's way: a dense T x T bool mask, then create_block_mask over it
+    allowed = tree_mask(tree, dtype=torch.float32)[0, 0] == 0
+
+    def dense_mod(b, h, q, k):
+        return allowed[q, k]
+
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    dense["attention_mask"] = create_block_mask(dense_mod, None, None, allowed.shape[0], allowed.shape[0],
+                                                device="cuda")
+
+    def step_dense():
+        logps, mask = token_logps(model(**model_inputs(dense)).logits, dense)
+        ((logps * mask).sum() / mask.sum()).backward()
+
+    for name, fn in (("prefix tree (flex, tree_block_mask)", step_tree),
+                     ("prefix tree (flex, dense-mask BlockMask)", step_dense),
+                     ("plain packing (flex, position_ids)", step_plain)):
         fn()
         torch.cuda.synchronize()
         t0 = time.perf_counter()
