@@ -191,13 +191,14 @@ def tree_sizes_of(examples, tree_ids=None):
         if tree_ids.size != n:
             raise ValueError(f"tree_ids holds {tree_ids.size} values for {n} examples: give one tree id per example")
     uniq, inv = np.unique(tree_ids, return_inverse=True)
+    trajs = read_trajectories(examples)  # checked once, errors naming the example's own index
+    of_tree = inv[trajs.example]
     tokens = np.zeros(uniq.size, np.int64)
     pairs = np.zeros(uniq.size, np.int64)
-    members = [[] for _ in range(uniq.size)]
-    for k, t in enumerate(inv.tolist()):
-        members[t].append(k)
-    for t, ks in enumerate(members):
-        trie = build_trie(read_trajectories([examples[k] for k in ks]).sequences)
+    order = np.argsort(of_tree, kind="stable")
+    members = np.split(order, np.cumsum(np.bincount(of_tree, minlength=uniq.size))[:-1])
+    for t, mine in enumerate(members):
+        trie = build_trie([trajs.sequences[i] for i in mine.tolist()])
         tokens[t] = trie.ids.size
         pairs[t] = int(trie.depth.sum()) + trie.ids.size
     return tokens, pairs
