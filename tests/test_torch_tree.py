@@ -340,3 +340,15 @@ def test_each_trajectorys_tokens_are_read_at_their_parent(trajs):
             assert mask[i, c] == int(t[d][1]) and abs(float(logps[i, c]) - want) < 1e-6
             assert float(batch["w"][i, c]) == d  # a per-token key follows its trajectory's token
         assert int(mask[i].sum()) == sum(f for _, f in t[1:])
+
+
+def test_tree_sizes_errors_name_the_example_and_the_collator_pickles():
+    import pickle
+
+    good = {"input_ids": [1, 2, 3], "completion_mask": [0, 1, 1]}
+    with pytest.raises(ValueError, match=r"examples\[2\] trains no token"):
+        tree_sizes([good, good, {"input_ids": [1, 2], "completion_mask": [0, 0]}], tree_ids=[0, 0, 1])
+    with pytest.raises(ValueError, match="one tree id per example"):
+        tree_sizes([good, good], tree_ids=[0])
+    collator = pickle.loads(pickle.dumps(PackedCollator(share_prefix=True, token_keys=("adv",))))
+    assert collator.share_prefix and collator.token_keys == ("adv",)
