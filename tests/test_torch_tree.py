@@ -17,7 +17,8 @@ torch = pytest.importorskip("torch", reason="the prefix-tree tests build torch t
 
 from .naive_tree import naive_depths, naive_tree_mask, naive_trie  # noqa: E402
 from packlib.torch import (PackedCollator, model_inputs, sequence_logps, shared_prompt_block_mask,  # noqa: E402
-                           shared_prompt_mask, token_logps, tree_block_mask, tree_mask, tree_sizes)
+                           shared_prompt_mask, split_trees, token_logps, tree_block_mask, tree_mask,
+                           tree_sizes)
 from packlib.torch.collate._trie import build_trie  # noqa: E402
 
 VOCAB = 97
@@ -352,3 +353,24 @@ def test_tree_sizes_errors_name_the_example_and_the_collator_pickles():
         tree_sizes([good, good], tree_ids=[0])
     collator = pickle.loads(pickle.dumps(PackedCollator(share_prefix=True, token_keys=("adv",))))
     assert collator.share_prefix and collator.token_keys == ("adv",)
+
+
+@settings(max_examples=40, deadline=None)
+@given(sequences, st.lists(st.integers(0, 2), min_size=7, max_size=7), st.integers(0, 12))
+def test_split_trees_cuts_trees_larger_than_a_row_at_nodes(seqs, trees, extra):
+    seqs = [[7] + s for s in seqs]
+    examples = [{"input_ids": s} for s in seqs]
+    tree_ids = trees[:len(seqs)]
+    L = max(len(s) for s in seqs) + extra
+    new = split_trees(examples, L, tree_ids=tree_ids)
+    tokens, _ = tree_sizes(examples, tree_ids=new)
+    assert (tokens <= L).all() and sorted(set(new.tolist())) == list(range(tokens.size))
+    for t in set(tree_ids):  # a part never mixes trees
+        parts = {int(new[i]) for i, x in enumerate(tree_ids) if x == t}
+        assert not parts & {int(new[i]) for i, x in enumerate(tree_ids) if x != t}
+    whole = tree_sizes(examples, tree_ids=tree_ids)[0]
+    for t, size in zip(sorted(set(tree_ids)), whole.tolist()):
+        if size <= L:  # a tree that fits stays whole
+            assert len({int(new[i]) for i, x in enumerate(tree_ids) if x == t}) == 1
+    with pytest.raises(ValueError, match=r"examples\[\d+\] alone lays out"):
+        split_trees(examples, max(len(s) for s in seqs) - 1, tree_ids=tree_ids)

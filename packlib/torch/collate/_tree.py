@@ -22,10 +22,10 @@ import numpy as np
 
 from ..._validate import as_bool
 from .._lazy import require_torch
-from ._trie import build_trie, read_trajectories, token_key, tree_sizes_of
+from ._trie import build_trie, read_trajectories, split_trees_of, token_key, tree_sizes_of
 from ._tree_masks import tree_mask
 
-__all__ = ["tree_sizes"]
+__all__ = ["tree_sizes", "split_trees"]
 
 #: the keys of the examples the tree reads (never carried)
 READ_KEYS = ("input_ids", "labels", "completion_mask", "assistant_masks", "attention_mask", "position_ids",
@@ -182,3 +182,46 @@ def tree_sizes(examples, *, tree_ids=None):
     if isinstance(examples, (str, bytes)) or not hasattr(examples, "__len__") or len(examples) == 0:
         raise ValueError("examples must be a non-empty list of examples")
     return tree_sizes_of(examples, tree_ids)
+
+
+def split_trees(examples, max_sequence_length, *, tree_ids=None):
+    """Tree ids under which every tree fits a row: a tree larger than ``max_sequence_length``
+    is cut at nodes into parts that do.
+
+    A tree's examples are taken in the order of their token sequences (siblings next to each
+    other) and a part closes before the example that would take it over the capacity: the cut
+    is at the node that example shares with the one before it, and the next part repeats the
+    path to that node (a few tokens laid out twice, to keep every example whole). A part's
+    prefix tree is at most ``max_sequence_length`` tokens (computed from each example's own
+    trie and what it shares with its predecessor, a bound its real trie never exceeds). Trees
+    that fit keep one id. An example is never cut: one whose own trie is over the capacity is
+    refused, naming it.
+
+    Parameters
+    ----------
+    examples : sequence of examples
+        What :class:`PackedCollator` with ``share_prefix=True`` takes.
+    max_sequence_length : int
+        Tokens per row.
+    tree_ids : array_like of int, optional
+        Each example's tree (default: each example alone).
+
+    Returns
+    -------
+    numpy.ndarray
+        int64, each example's new tree id (``0, 1, ...``; a tree's parts are consecutive), for
+        :func:`tree_sizes`' ``tree_ids``.
+
+    Examples
+    --------
+    >>> from packlib.torch import split_trees, tree_sizes
+    >>> branches = [{"input_ids": [1, 2, 3, 4, 5]}, {"input_ids": [1, 2, 3, 6, 7]}, {"input_ids": [1, 2, 8, 9]}]
+    >>> tree_sizes(branches, tree_ids=[0, 0, 0])[0]
+    array([9])
+    >>> ids = split_trees(branches, 7, tree_ids=[0, 0, 0])
+    >>> ids, tree_sizes(branches, tree_ids=ids)[0]
+    (array([0, 0, 1]), array([7, 4]))
+    """
+    if isinstance(examples, (str, bytes)) or not hasattr(examples, "__len__") or len(examples) == 0:
+        raise ValueError("examples must be a non-empty list of examples")
+    return split_trees_of(examples, max_sequence_length, tree_ids)

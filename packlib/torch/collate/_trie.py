@@ -202,3 +202,51 @@ def tree_sizes_of(examples, tree_ids=None):
         tokens[t] = trie.ids.size
         pairs[t] = int(trie.depth.sum()) + trie.ids.size
     return tokens, pairs
+
+
+def split_trees_of(examples, max_sequence_length: int, tree_ids=None) -> np.ndarray:
+    """New tree ids: every tree whose trie exceeds ``max_sequence_length`` cut at nodes (see
+    :func:`packlib.torch.split_trees`)."""
+    from ..._kernels.trie import sorted_lcp
+    from ..._validate import as_positive_int
+
+    L = as_positive_int(max_sequence_length, "max_sequence_length")
+    n = len(examples)
+    tree_ids = np.arange(n, dtype=np.int64) if tree_ids is None else as_int_array(tree_ids, "tree_ids", minimum=0)
+    if tree_ids.size != n:
+        raise ValueError(f"tree_ids holds {tree_ids.size} values for {n} examples: give one tree id per example")
+    trajs = read_trajectories(examples)
+    seqs = [[] for _ in range(n)]
+    for i, k in enumerate(trajs.example.tolist()):
+        seqs[k].append(trajs.sequences[i])
+    own = np.array([build_trie(s).ids.size for s in seqs], np.int64)  # each example's own trie
+    if (own > L).any():
+        k = int(np.flatnonzero(own > L)[0])
+        raise ValueError(f"examples[{k}] alone lays out {own[k]:,} tokens, over max_sequence_length = {L:,}: a tree is "
+                         "cut between examples, never inside one; truncate it, or raise max_sequence_length")
+    out = np.empty(n, np.int64)
+    next_id = 0
+    for t in np.unique(tree_ids).tolist():
+        mine = np.flatnonzero(tree_ids == t)
+        if build_trie([q for k in mine.tolist() for q in seqs[k]]).ids.size <= L:  # fits: stays whole
+            out[mine] = next_id
+            next_id += 1
+            continue
+        order = sorted(mine.tolist(), key=lambda k: seqs[k][0].tolist())  # siblings next to each other
+        firsts = [seqs[k][0] for k in order]
+        offsets = np.zeros(len(order) + 1, np.int64)
+        np.cumsum([f.size for f in firsts], out=offsets[1:])
+        lcp = sorted_lcp(np.concatenate(firsts), offsets, np.arange(len(order), dtype=np.int64))
+        used = 0
+        for r, k in enumerate(order):
+            # an example of one trajectory adds its tokens below the node it shares with the previous
+            # one; an example of several, its own trie (a bound: it may share more)
+            add = int(own[k]) - (int(lcp[r]) if len(seqs[k]) == 1 and r > 0 else 0)
+            if r > 0 and used + add > L:  # cut at the node of depth lcp[r]: the next part repeats its path
+                next_id += 1
+                add = int(own[k])
+                used = 0
+            used += add
+            out[k] = next_id
+        next_id += 1
+    return out
