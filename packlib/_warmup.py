@@ -44,7 +44,8 @@ def warmup(verbose: bool = False, *, processes: int = 1) -> float:
     - formats: the TFRecord framing and CRC-32C kernels, ``tf.train.Example`` encoding and
       decoding, and MLPerf BERT packing and unpacking (all in memory, no files), and, when
       ``pyarrow`` is installed, Arrow table packing (:mod:`packlib.formats.arrow`);
-    - the pipeline's exactly-once content hashes (:mod:`packlib.pipeline`).
+    - the pipeline's exactly-once content hashes (:mod:`packlib.pipeline`);
+    - prefix trees (``PackedCollator(share_prefix=True)``'s trie; no torch needed).
 
     Parameters
     ----------
@@ -254,6 +255,12 @@ def warm_histogram_methods() -> float:
 # its optional dependency is missing). Processes sharing the work take them in this order:
 # the costly ones first, and the optimal packer after the histogram packers whose kernels
 # it calls (by then compiled where it runs, or in the cache)
+def _prefix_trees():
+    from .torch.collate._trie import build_trie
+
+    build_trie([np.array([1, 2, 3], np.int64), np.array([1, 2, 4], np.int64), np.array([1], np.int64)])
+
+
 _FAMILIES = (
     ("histogram packing", _histogram_packing),
     ("blending", _blending),
@@ -264,6 +271,7 @@ _FAMILIES = (
     ("bucketing", _bucketing),
     ("per-sequence packing", _sequence_packing),
     ("pipeline", _pipeline_hashes),
+    ("prefix trees", _prefix_trees),
 )
 
 

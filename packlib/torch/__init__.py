@@ -25,6 +25,10 @@ measured on the model).
   :func:`sequence_scores` a reward model's score of each sequence;
   :func:`shared_prompt_mask` / :func:`shared_prompt_block_mask` are the tree's masks and
   :func:`model_inputs` the batch without the loss's keys (docs/preference.md).
+- ``PackedCollator(share_prefix=True)`` lays a micro-batch out as its prefix tree (multi-turn
+  and agentic RL: every shared history once, at any depth); :func:`tree_block_mask` /
+  :func:`tree_mask` are its masks and :func:`tree_sizes` each tree's size and cost for
+  planning (:func:`split_trees` cuts a tree larger than a row at nodes) (docs/prefix-trees.md).
 - :class:`VisionPackedCollator` packs Qwen2-VL / Qwen2.5-VL / Qwen3-VL examples with images
   into one row the model computes as each example alone (mRoPE positions per example);
   :func:`image_grid_thw` gives an image's grid from its size before processing and
@@ -50,7 +54,8 @@ from __future__ import annotations
 
 from ._checkpoint import ITERABLE_NAME, CheckpointableDataset, iterable_dataset_class
 from .collate import (PackedCollator, VisionPackedCollator, block_causal_mask, label_tokens, model_inputs,
-                      shared_prompt_block_mask, shared_prompt_mask)
+                      shared_prompt_block_mask, shared_prompt_mask, split_trees, tree_block_mask, tree_mask,
+                      tree_sizes)
 from .cost import CostFit, calibrate_cost, calibrate_vision_cost, calibration_rows, image_grid_thw
 from .logps import sequence_logps, sequence_scores, token_logps
 from .trainers import PackedGRPOMixin, balance_trainer
@@ -59,7 +64,7 @@ __all__ = ["PackedCollator", "block_causal_mask", "CheckpointableDataset", "labe
            "token_logps", "sequence_scores",
            "model_inputs", "shared_prompt_mask", "shared_prompt_block_mask", "calibrate_cost", "calibration_rows",
            "CostFit", "VisionPackedCollator", "calibrate_vision_cost", "image_grid_thw", "balance_trainer",
-           "PackedGRPOMixin"]
+           "PackedGRPOMixin", "tree_block_mask", "tree_mask", "tree_sizes", "split_trees"]
 
 
 def __getattr__(name):

@@ -12,6 +12,7 @@ from ._examples import read_example
 from .._lazy import require_torch
 from ._masks import block_causal_mask
 from ._preference import collate_preference, is_preference, preference_settings, truncation_settings
+from ._tree import collate_tree, tree_settings
 
 _MASKS = ("4d",)  # besides None: no mask
 
@@ -81,12 +82,24 @@ class PackedCollator:
     truncation_mode : {"keep_start", "keep_end", "drop"}, default "keep_start"
         How ``max_length`` cuts: TRL's ``keep_start`` / ``keep_end``, or ``drop``
         (``RewardTrainer``'s filter: a pair with a sequence over ``max_length`` is dropped).
+    share_prefix : bool, default False
+        Lay the micro-batch out as its prefix tree: every distinct token prefix of its
+        trajectories once, at any depth (groups, pairs, or whole multi-turn sequences with
+        ``completion_mask`` / ``labels`` / ``assistant_masks``); positions are depths and the
+        batch carries ``O(T)`` tree metadata for :func:`tree_block_mask` (flex_attention) or,
+        with ``attention_mask="4d"``, the dense tree mask (docs/prefix-trees.md).
+    token_keys : sequence of str, default ()
+        With ``share_prefix``: the examples' per-token keys (advantages, old log-probs), one
+        value per token of ``input_ids`` (trajectories) or of each completion (groups); each
+        comes back laid out as :func:`token_logps`' rows.
     """
 
     def __init__(self, *, flash_attn_kwargs: bool | None = None, attention_mask: str | None = None, mask_dtype=None,
                  use_cache: bool | None = False, separator_id: int = -100, share_prompt: bool = False,
                  max_sequence_length: int | None = None, ragged_groups: bool = False, max_length: int | None = None,
-                 truncation_mode: str = "keep_start"):
+                 truncation_mode: str = "keep_start", share_prefix: bool = False, token_keys=()):
+        self.share_prefix, flash_attn_kwargs, self.token_keys = tree_settings(share_prefix, share_prompt,
+                                                                             flash_attn_kwargs, max_length, token_keys)
         self.share_prompt, self.max_sequence_length, self.ragged_groups, flash_attn_kwargs = preference_settings(
             share_prompt, max_sequence_length, ragged_groups, flash_attn_kwargs)
         self.max_length, self.truncation_mode = truncation_settings(max_length, truncation_mode, self.share_prompt)
@@ -105,12 +118,15 @@ class PackedCollator:
                 f"mask_dtype={self.mask_dtype}, use_cache={self.use_cache}, separator_id={self.separator_id}, "
                 f"share_prompt={self.share_prompt}, max_sequence_length={self.max_sequence_length}, "
                 f"ragged_groups={self.ragged_groups}, max_length={self.max_length}, "
-                f"truncation_mode={self.truncation_mode!r})")
+                f"truncation_mode={self.truncation_mode!r}, share_prefix={self.share_prefix}, "
+                f"token_keys={self.token_keys!r})")
 
     def __call__(self, examples) -> dict:
         torch = require_torch()
         if isinstance(examples, (Mapping, str, bytes)) or not hasattr(examples, "__len__") or len(examples) == 0:
             raise ValueError("examples must be a non-empty list of samples (dicts with 'input_ids', or token id lists)")
+        if self.share_prefix:  # the micro-batch's prefix tree
+            return collate_tree(examples, self)
         if is_preference(examples[0]):  # pairs or groups of completions
             return collate_preference(examples, self)
         parts = [read_example(e, k) for k, e in enumerate(examples)]

@@ -39,7 +39,8 @@ __all__ = ["shared_prompt_mask", "shared_prompt_block_mask", "model_inputs"]
 PAIR_KEYS = ("prompt_ids", "chosen_ids", "rejected_ids")
 GROUP_KEYS = ("prompt_ids", "completion_ids")
 #: the batch keys a model's forward does not take (:func:`model_inputs` leaves them out)
-LOSS_KEYS = ("completion_mask", "sequence_ids", "group_ids", "pair_ids", "prev_index")
+LOSS_KEYS = ("completion_mask", "sequence_ids", "group_ids", "pair_ids", "prev_index", "tree_end", "tree_index",
+             "tree_offsets", "tree_trained")
 
 
 def is_preference(example) -> bool:
@@ -250,19 +251,11 @@ def shared_prompt_block_mask(batch, *, device=None, block_size: int = 128):
     block_size : int, default 128
         flex_attention's block size.
     """
-    torch = require_torch()
-    from torch.nn.attention.flex_attention import create_block_mask
+    from ._tree_masks import block_mask_from_ends, chain_ends
 
     _need(batch, ("group_ids", "sequence_ids"), "shared_prompt_block_mask")
-    g = batch["group_ids"].reshape(1, -1).to(device)
-    s = batch["sequence_ids"].reshape(1, -1).to(device)
-    T = g.shape[1]
-
-    def mask_mod(b, h, q, k):  # b is 0: one row (indexed as transformers' own mask functions are)
-        return (k <= q) & (g[b, q] == g[b, k]) & ((s[b, k] == -1) | (s[b, q] == s[b, k]))
-
-    return create_block_mask(mask_mod, None, None, T, T, device=g.device if device is None else torch.device(device),
-                             BLOCK_SIZE=block_size)
+    ends = chain_ends(batch["group_ids"], batch["sequence_ids"])  # the tree of depth one, depth-first
+    return block_mask_from_ends(ends, device=device, block_size=block_size)
 
 
 def _need(batch, keys, who):
@@ -285,6 +278,10 @@ def model_inputs(batch) -> dict:
     """
     if not isinstance(batch, Mapping):
         raise TypeError(f"batch must be a dict from PackedCollator, got {type(batch).__name__}")
+    if "tree_end" in batch and "attention_mask" not in batch:  # positions are depths: the mask is not optional
+        raise ValueError("this share_prefix batch has no attention_mask: set batch['attention_mask'] = "
+                         "tree_block_mask(batch, device=...) (flex_attention), or collate with attention_mask='4d' "
+                         "(sdpa / eager), before model_inputs(batch)")
     drop = set(LOSS_KEYS) | set(loss_keys(batch))
     return {k: v for k, v in batch.items() if k not in drop}
 

@@ -114,8 +114,9 @@ def sequence_logps(logits, batch, *, chunk_size: int | None = None):
     ``B`` rejected (``.chunk(2)`` splits them as ``DPOTrainer`` does); for groups, group-major
     (completion ``j`` of group ``g`` at ``g * k + j``); for packed sequences (``labels``), one
     value per sequence, summing its labelled tokens (a :class:`VisionPackedCollator` row too:
-    one value per example, each equal to the example run alone). Token ``t``'s log-probability is read
-    from the logits of the position that predicts it (``t - 1`` in its own sequence; the
+    one value per example, each equal to the example run alone); for a prefix tree
+    (``share_prefix=True``), one value per trajectory, summing its trained tokens. Token
+    ``t``'s log-probability is read from the logits of the position that predicts it (``t - 1`` in its own sequence; the
     prompt's last token for a completion's first token when the prompt is shared), as
     ``log_softmax`` in float32; sums accumulate in float64 and come back as float32.
 
@@ -141,6 +142,9 @@ def sequence_logps(logits, batch, *, chunk_size: int | None = None):
     """
     torch = require_torch()
     flat, chunk_size = _flat_logits(logits, chunk_size)
+    if isinstance(batch, Mapping) and "tree_end" in batch:  # a prefix tree: one value per trajectory
+        from ._tree import tree_sequence_logps
+        return tree_sequence_logps(batch, flat.shape[0], flat.device, lambda s, t: _apply(flat, s, t, chunk_size, 1.0))
     src, tok, seq, n = _targets(batch, flat.shape[0])
     dev = flat.device
     src, tok, seq = src.to(dev), tok.to(dev), seq.to(dev)
@@ -202,6 +206,9 @@ def token_logps(logits, batch, *, chunk_size: int | None = None, temperature: fl
     ``completion_mask``, from one packed row of pairs or groups: row ``i`` holds sequence
     ``i``'s completion tokens in order (pairs: the ``B`` chosen, then the ``B`` rejected;
     groups: group-major, completion ``j`` of group ``g`` at ``g * k + j``), zero past its end.
+    On a prefix tree (``share_prefix=True``) row ``i`` is trajectory ``i``'s completion (from its
+    first trained token on; ``mask`` 0 on its untrained tokens), each token read at its parent
+    in the trie; a token several trajectories train is computed once and handed to each.
     Computed as :func:`sequence_logps` computes them: float32 ``log_softmax`` of the logits of
     the position that predicts each token, ``chunk_size`` tokens at a time (the same memory
     bound), the backward recomputing each chunk's softmax.
@@ -244,6 +251,10 @@ def token_logps(logits, batch, *, chunk_size: int | None = None, temperature: fl
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0 (the logits are divided by it), got {temperature}")
     flat, chunk_size = _flat_logits(logits, chunk_size)
+    if isinstance(batch, Mapping) and "tree_end" in batch:  # a prefix tree: one row per trajectory
+        from ._tree import tree_token_logps
+        return tree_token_logps(batch, flat.shape[0], flat.device,
+                                lambda s, t: _apply(flat, s, t, chunk_size, 1.0 / temperature))
     src, tok, seq, col, n, width = _completion_targets(batch, flat.shape[0])
     dev = flat.device
     counted = src >= 0
