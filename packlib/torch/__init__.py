@@ -32,6 +32,10 @@ measured on the model).
 - :class:`CheckpointableDataset` wraps a checkpointable iterator as an ``IterableDataset``.
 - :func:`balance_trainer` makes a ``transformers.Trainer`` (or TRL's) train the balanced
   steps of a :class:`packlib.BalancedBatchSampler` (docs/training.md).
+- ``PackedDPOTrainer``, ``PackedRewardTrainer`` and ``PackedKTOTrainer`` are TRL's
+  ``DPOTrainer``, ``RewardTrainer`` and ``KTOTrainer`` on packed rows: the same arguments,
+  loss code and defaults, :class:`PackedCollator` by default (built on first import, which
+  needs TRL; docs/preference.md). TRL's own classes refuse ``PackedCollator``'s rows of pairs.
 
 >>> from packlib.torch import PackedCollator
 >>> batch = PackedCollator()([{"input_ids": [5, 6, 7]}, {"input_ids": [8, 9]}])
@@ -51,7 +55,7 @@ from .collate import (PackedCollator, VisionPackedCollator, block_causal_mask, l
                       shared_prompt_block_mask, shared_prompt_mask)
 from .cost import CostFit, calibrate_cost, calibrate_vision_cost, calibration_rows, image_grid_thw
 from .logps import sequence_logps, sequence_scores, token_logps
-from .trainers import balance_trainer
+from .trainers import TRL_TRAINERS, balance_trainer
 
 __all__ = ["PackedCollator", "block_causal_mask", "CheckpointableDataset", "label_tokens", "sequence_logps",
            "token_logps", "sequence_scores",
@@ -62,4 +66,8 @@ __all__ = ["PackedCollator", "block_causal_mask", "CheckpointableDataset", "labe
 def __getattr__(name):
     if name == ITERABLE_NAME:  # unpickling in a fresh process
         return iterable_dataset_class()
+    if name in TRL_TRAINERS:  # TRL's classes, subclassed on first use
+        from .trainers import _trl_preference
+
+        return _trl_preference.trainer_class(name)
     raise AttributeError(f"module 'packlib.torch' has no attribute {name!r}")

@@ -1,12 +1,27 @@
 """Trainers: balanced, packed steps in ``transformers.Trainer`` and TRL's trainers
-(:func:`balance_trainer`).
+(:func:`balance_trainer`), and TRL's ``DPOTrainer``, ``RewardTrainer`` and ``KTOTrainer`` on
+packed rows (``PackedDPOTrainer``, ``PackedRewardTrainer``, ``PackedKTOTrainer``: TRL's classes
+with the packed path, built when first imported, so TRL is needed only then).
 
 >>> from packlib.torch.trainers import balance_trainer
 >>> balance_trainer.__name__
 'balance_trainer'
+>>> from packlib.torch import PackedDPOTrainer        # doctest: +SKIP
+>>> PackedDPOTrainer.__mro__[2].__name__              # doctest: +SKIP
+'DPOTrainer'
 """
 from __future__ import annotations
 
 from ._trainer import balance_trainer
 
 __all__ = ["balance_trainer"]
+#: TRL's preference trainers on packed rows, built on first access (they subclass TRL's)
+TRL_TRAINERS = ("PackedDPOTrainer", "PackedRewardTrainer", "PackedKTOTrainer")
+
+
+def __getattr__(name):
+    if name in TRL_TRAINERS:
+        from ._trl_preference import trainer_class
+
+        return trainer_class(name)
+    raise AttributeError(f"module 'packlib.torch.trainers' has no attribute {name!r}")

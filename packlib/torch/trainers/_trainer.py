@@ -28,6 +28,7 @@ from ...balancing._epochs import EpochStream
 from ...balancing._sampler import BalancedBatchSampler, set_label_counter
 from ..collate._examples import label_tokens
 from .._lazy import require_torch
+from ._trl_preference import refuse_unweighted
 
 set_label_counter(label_tokens)  # the sampler counts what this package's collator trains
 
@@ -78,7 +79,7 @@ def balance_trainer(trainer, sampler):
     if not isinstance(sampler, BalancedBatchSampler):
         raise TypeError(f"sampler must be a packlib.BalancedBatchSampler, got {type(sampler).__name__}")
     args = trainer.args
-    if args.per_device_train_batch_size != 1:
+    if args.per_device_train_batch_size != 1 and not getattr(trainer, "packlib_any_batch_size", False):
         raise ValueError(f"per_device_train_batch_size={args.per_device_train_batch_size}: each micro-batch of a "
                          "balanced schedule is one packed row, so set per_device_train_batch_size=1")
     if args.gradient_accumulation_steps != sampler.micro_batches:
@@ -91,6 +92,7 @@ def balance_trainer(trainer, sampler):
                          f"trainer runs process {args.process_index} of {args.world_size}: build it with "
                          "rank=args.process_index, world_size=args.world_size")
     _check_collator(trainer.data_collator)
+    refuse_unweighted(trainer)  # TRL's preference trainers: every pair of a step weighed equally, or refused
     if args.max_steps > 0:
         stream = EpochStream(sampler, total_steps=args.max_steps)
     else:
