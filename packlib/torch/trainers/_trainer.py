@@ -78,6 +78,7 @@ def balance_trainer(trainer, sampler):
     """
     if not isinstance(sampler, BalancedBatchSampler):
         raise TypeError(f"sampler must be a packlib.BalancedBatchSampler, got {type(sampler).__name__}")
+    refuse_unweighted(trainer)  # TRL's preference trainers: packlib's, which weigh every pair of a step, or refused
     args = trainer.args
     if args.per_device_train_batch_size != 1 and not getattr(trainer, "packlib_any_batch_size", False):
         raise ValueError(f"per_device_train_batch_size={args.per_device_train_batch_size}: each micro-batch of a "
@@ -92,7 +93,6 @@ def balance_trainer(trainer, sampler):
                          f"trainer runs process {args.process_index} of {args.world_size}: build it with "
                          "rank=args.process_index, world_size=args.world_size")
     _check_collator(trainer.data_collator)
-    refuse_unweighted(trainer)  # TRL's preference trainers: every pair of a step weighed equally, or refused
     if args.max_steps > 0:
         stream = EpochStream(sampler, total_steps=args.max_steps)
     else:
@@ -100,6 +100,8 @@ def balance_trainer(trainer, sampler):
         args.max_steps = stream.total_steps  # the Trainer stops when the planned epochs end, each whole
     trainer.get_train_dataloader = lambda: _train_dataloader(trainer, stream)
     trainer.add_callback(_epoch_callback(stream))
+    if callable(getattr(trainer, "packlib_balance", None)):
+        trainer.packlib_balance()  # each step's loss: the mean over its pairs (examples), on every rank
     return trainer
 
 

@@ -247,14 +247,13 @@ def trainer_class(name: str):
 def refuse_unweighted(trainer) -> None:
     """``balance_trainer``'s check: a TRL preference trainer weighs each micro-batch's mean
     equally, which a balanced step's micro-batches of different sizes would skew; the packed
-    trainer weighs every pair. Marks a packed trainer to do so."""
+    trainer weighs every pair (its ``packlib_balance``)."""
     if getattr(trainer, PACKED_TRAINER_FLAG, False):
         collator = trainer.data_collator
         if not isinstance(getattr(collator, "collator", collator), PackedCollator):
             raise ValueError(f"{type(trainer).__name__}'s data_collator is {type(collator).__name__}, whose padded "
                              "micro-batches it weighs as TRL does (each micro-batch's mean equally): pass "
                              "data_collator=packlib.torch.PackedCollator(), or leave it out")
-        trainer.packlib_balance()
         return
     for c in type(trainer).__mro__:
         if c.__module__.startswith("trl.") and c.__name__ in PREFERENCE_TRAINERS:
