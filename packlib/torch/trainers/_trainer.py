@@ -71,10 +71,17 @@ def balance_trainer(trainer, sampler):
     Trainer's default ``average_tokens_across_devices=True`` (with ``False`` each rank divides
     by its own tokens).
 
+    TRL's ``DPOTrainer``, ``RewardTrainer`` and ``KTOTrainer`` average each micro-batch's loss,
+    which would weigh a balanced step's pairs unequally: they are refused, naming
+    ``packlib.torch.PackedDPOTrainer`` (``PackedRewardTrainer``, ``PackedKTOTrainer``), whose
+    step's loss is then the mean over all the step's pairs (KTO: examples) on every rank
+    (``PackedKTOTrainer`` takes any ``per_device_train_batch_size``: it only sets KTO's KL pairs).
+
     Refused (``ValueError``, naming the setting): ``per_device_train_batch_size`` other than
     1, ``gradient_accumulation_steps`` other than the sampler's ``micro_batches``, a rank or
-    world size other than the trainer's, transformers' padding collators, and (when the
-    trainer builds its loader) a dataset whose rows are not the sampler's lengths.
+    world size other than the trainer's, transformers' padding collators, TRL's preference
+    trainers (above), and (when the trainer builds its loader) a dataset whose rows are not
+    the sampler's lengths.
     """
     if not isinstance(sampler, BalancedBatchSampler):
         raise TypeError(f"sampler must be a packlib.BalancedBatchSampler, got {type(sampler).__name__}")

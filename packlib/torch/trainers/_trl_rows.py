@@ -122,8 +122,8 @@ def patch_forward(model, kind: str) -> None:
     model's output on the row; ``"scores"``: one score per sequence); other calls are
     unchanged. Idempotent."""
     module = base_module(model)
-    if getattr(module, "_packlib_rows", None) == kind:
-        return
+    if getattr(module, "_packlib_rows", None) == (kind, module.forward):
+        return  # patched, and not wrapped since (a trainer built again on the model wraps its forward again)
     inner = module.forward
 
     def forward(*args, packlib_row=None, **kwargs):
@@ -138,4 +138,4 @@ def patch_forward(model, kind: str) -> None:
         return fused_output(out.logits, packlib_row, getattr(out, "aux_loss", None))
 
     module.forward = forward
-    module._packlib_rows = kind
+    module._packlib_rows = (kind, forward)
