@@ -83,7 +83,8 @@ def test_packed_trainers_are_trls_classes_and_pickle_by_name():
     for kind, name in PACKED.items():
         cls = getattr(packlib.torch, name)
         assert cls is _packed(kind) and cls.__module__ == "packlib.torch"
-        assert issubclass(cls, getattr(trl, {"dpo": "DPOTrainer", "reward": "RewardTrainer", "kto": "KTOTrainer"}[kind]))
+        base = {"dpo": "DPOTrainer", "reward": "RewardTrainer", "kto": "KTOTrainer"}[kind]
+        assert issubclass(cls, getattr(trl, base))
         assert pickle.loads(pickle.dumps(cls)) is cls
 
 

@@ -57,7 +57,10 @@ class PackedCollator:
     prompt laid out once (``share_prompt``), with what :func:`sequence_logps`,
     :func:`token_logps` and :func:`sequence_scores` read; every other key of the examples
     comes through, one value per example, or is refused by name; TRL's truncation is opt-in
-    (``max_length``; docs/preference.md).
+    (``max_length``; docs/preference.md). TRL's ``DPOTrainer``, ``RewardTrainer`` and
+    ``KTOTrainer`` read such a batch as their padded batch: collating pairs for one of them is
+    refused (``ValueError``), naming ``packlib.torch.PackedDPOTrainer`` (``PackedRewardTrainer``,
+    ``PackedKTOTrainer``), which train on these rows.
 
     Parameters
     ----------
@@ -153,8 +156,9 @@ def _refuse_padded_reader(frame, depth: int = 64) -> None:
                 for c in owner.__mro__:
                     if c.__module__.startswith("trl.") and c.__name__ in _PADDED_READERS:
                         raise ValueError(
-                            f"{owner.__name__} reads a batch of pairs as TRL's padded batch (one row per sequence), "
-                            "not as PackedCollator's one packed row, and would fail or train on the wrong values: "
+                            f"{owner.__name__} reads a batch of pairs (KTO: examples) as TRL's padded batch (one row "
+                            "per sequence), not as PackedCollator's one packed row, and would fail or train on the "
+                            "wrong values: "
                             f"use packlib.torch.{_PADDED_READERS[c.__name__]} (the same arguments), which runs "
                             f"{c.__name__}'s own loss on packed rows (docs/preference.md)")
                 return

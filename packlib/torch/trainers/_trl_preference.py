@@ -259,8 +259,8 @@ def refuse_unweighted(trainer) -> None:
         if c.__module__.startswith("trl.") and c.__name__ in PREFERENCE_TRAINERS:
             fix = PREFERENCE_TRAINERS[c.__name__]
             raise ValueError(f"{c.__name__} averages each micro-batch's loss and weighs the micro-batches equally, "
-                             "so a balanced step, whose micro-batches hold different numbers of pairs, would weigh "
-                             f"its pairs unequally (and TRL's padding collator cannot read a packed row): use "
+                             "so a balanced step, whose micro-batches hold different numbers of pairs (KTO: examples), "
+                             "would weigh them unequally (and TRL's padding collator cannot read a packed row): use "
                              f"packlib.torch.{fix} with data_collator=packlib.torch.PackedCollator(), the same "
                              "arguments otherwise, which weighs every pair of a step equally")
 
