@@ -232,7 +232,10 @@ def trainer_class(name: str):
     """``PackedDPOTrainer``, ``PackedRewardTrainer`` or ``PackedKTOTrainer``: the TRL class
     with the packed path, built once (TRL imported then)."""
     if name not in _CLASSES:
-        import trl
+        try:
+            import trl
+        except ImportError as e:
+            raise ImportError(f"packlib.torch.{name} subclasses TRL's {TRAINERS[name][0]}: pip install trl") from e
 
         base_name, _ = TRAINERS[name]
         base = getattr(trl, base_name)
