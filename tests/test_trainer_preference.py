@@ -39,8 +39,11 @@ def _packed(kind):
 
 
 def _trained(kind, cls=None, **settings):
+    """The trainer after ``train()``, and its ``evaluate()`` loss on its training rows."""
     t = P.trainer(kind, cls, **settings)
     t.train()
+    t.eval_dataset = t.train_dataset
+    t.eval_loss = t.evaluate()["eval_loss"]
     return t
 
 
@@ -57,7 +60,7 @@ def _trained(kind, cls=None, **settings):
 def test_packed_trainers_equal_trls_own_padded_run(kind, settings, layouts, tmp_path):
     """Three SGD steps (lr 0.5): the packed trainer's parameters equal TRL's own padded run's,
     packed (the packed trainer's default collator) and with the prompt laid out once; its
-    logged losses too."""
+    logged losses and its evaluate() loss afterwards too."""
     stock = _trained(kind, output_dir=str(tmp_path), **STEPS, **settings)
     for share in layouts:
         collator = {"data_collator": PackedCollator(share_prompt=True, max_length=settings.get("max_length"))} \
@@ -66,6 +69,7 @@ def test_packed_trainers_equal_trls_own_padded_run(kind, settings, layouts, tmp_
         assert P.max_difference(stock.model, packed.model) < 2e-5
         losses = [[h["loss"] for h in t.state.log_history if "loss" in h] for t in (stock, packed)]
         assert losses[0] == pytest.approx(losses[1], abs=1e-5)
+        assert packed.eval_loss == pytest.approx(stock.eval_loss, abs=1e-5)
 
 
 def test_the_comparison_can_fail(tmp_path):
@@ -93,6 +97,13 @@ def test_packed_trainers_are_trls_classes_and_pickle_by_name():
 def test_trls_own_trainers_refuse_packed_rows_at_the_first_collate(kind, tmp_path):
     t = P.trainer(kind, output_dir=str(tmp_path), data_collator=PackedCollator(), **STEPS)
     with pytest.raises(ValueError, match=f"use packlib.torch.{PACKED[kind]} "):
+        t.train()
+
+
+def test_the_refusal_reaches_a_dataloader_worker(tmp_path):
+    """The collate of a forked DataLoader worker sees the trainer that started it."""
+    t = P.trainer("dpo", output_dir=str(tmp_path), data_collator=PackedCollator(), dataloader_num_workers=1, **STEPS)
+    with pytest.raises(Exception, match="use packlib.torch.PackedDPOTrainer "):
         t.train()
 
 

@@ -18,7 +18,7 @@ _MASKS = ("4d",)  # besides None: no mask
 #: set on packlib's trainer classes that read packed rows of pairs (packlib.torch.trainers)
 PACKED_TRAINER_FLAG = "_packlib_packed_rows"
 #: TRL's trainers that read a batch of pairs as a padded batch, and packlib's class that does not
-_PADDED_READERS = {"DPOTrainer": "PackedDPOTrainer", "RewardTrainer": "PackedRewardTrainer",
+PADDED_READERS = {"DPOTrainer": "PackedDPOTrainer", "RewardTrainer": "PackedRewardTrainer",
                    "KTOTrainer": "PackedKTOTrainer"}
 
 
@@ -154,12 +154,12 @@ def _refuse_padded_reader(frame, depth: int = 64) -> None:
                 if getattr(owner, PACKED_TRAINER_FLAG, False):
                     return
                 for c in owner.__mro__:
-                    if c.__module__.startswith("trl.") and c.__name__ in _PADDED_READERS:
+                    if c.__module__.startswith("trl.") and c.__name__ in PADDED_READERS:
                         raise ValueError(
                             f"{owner.__name__} reads a batch of pairs (KTO: examples) as TRL's padded batch (one row "
                             "per sequence), not as PackedCollator's one packed row, and would fail or train on the "
                             "wrong values: "
-                            f"use packlib.torch.{_PADDED_READERS[c.__name__]} (the same arguments), which runs "
+                            f"use packlib.torch.{PADDED_READERS[c.__name__]} (the same arguments), which runs "
                             f"{c.__name__}'s own loss on packed rows (docs/preference.md)")
                 return
         frame, depth = frame.f_back, depth - 1

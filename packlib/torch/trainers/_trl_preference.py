@@ -22,15 +22,14 @@ from __future__ import annotations
 
 import inspect
 
-from ..collate._collator import PACKED_TRAINER_FLAG, PackedCollator
+from ..collate._collator import PACKED_TRAINER_FLAG, PADDED_READERS, PackedCollator
 from ..logps._logps import sequence_logps
 from ..collate._preference import model_inputs
 from .._lazy import require_torch
 from ._trl_rows import ROW_KEY, is_packed_row, padded_view, patch_forward, row_units
 
-#: public name -> (TRL's class, the kind of model it calls)
-TRAINERS = {"PackedDPOTrainer": ("DPOTrainer", "causal"), "PackedRewardTrainer": ("RewardTrainer", "scores"),
-            "PackedKTOTrainer": ("KTOTrainer", "causal")}
+#: public name -> TRL's class it subclasses
+TRAINERS = {packed: trl_name for trl_name, packed in PADDED_READERS.items()}
 KL_KEY = "kl_batch"
 _CLASSES: dict = {}
 
@@ -214,7 +213,7 @@ def _setting(args, base, name):
 
 def _trl_base(cls):
     for c in cls.__mro__:
-        if c.__module__.startswith("trl.") and c.__name__ in {v[0] for v in TRAINERS.values()}:
+        if c.__module__.startswith("trl.") and c.__name__ in PADDED_READERS:
             return c
     raise TypeError(f"{cls.__name__} is not a subclass of TRL's DPOTrainer, RewardTrainer or KTOTrainer")
 
@@ -235,9 +234,9 @@ def trainer_class(name: str):
         try:
             import trl
         except ImportError as e:
-            raise ImportError(f"packlib.torch.{name} subclasses TRL's {TRAINERS[name][0]}: pip install trl") from e
+            raise ImportError(f"packlib.torch.{name} subclasses TRL's {TRAINERS[name]}: pip install trl") from e
 
-        base_name, _ = TRAINERS[name]
+        base_name = TRAINERS[name]
         base = getattr(trl, base_name)
         unit = "examples" if base_name == "KTOTrainer" else "pairs"
         cls = type(name, (_MIXINS[name], base), {"__module__": "packlib.torch", "__qualname__": name,
@@ -259,16 +258,11 @@ def refuse_unweighted(trainer) -> None:
                              "data_collator=packlib.torch.PackedCollator(), or leave it out")
         return
     for c in type(trainer).__mro__:
-        if c.__module__.startswith("trl.") and c.__name__ in PREFERENCE_TRAINERS:
-            fix = PREFERENCE_TRAINERS[c.__name__]
+        if c.__module__.startswith("trl.") and c.__name__ in PADDED_READERS:
+            fix = PADDED_READERS[c.__name__]
             raise ValueError(f"{c.__name__} averages each micro-batch's loss and weighs the micro-batches equally, "
                              "so a balanced step, whose micro-batches hold different numbers of pairs (KTO: examples), "
                              "would weigh them unequally (and TRL's padding collator cannot read a packed row): use "
                              f"packlib.torch.{fix} with data_collator=packlib.torch.PackedCollator(), the same "
                              "arguments otherwise, which weighs every pair of a step equally")
 
-
-#: TRL's trainers whose loss is a mean over a padded micro-batch's pairs or examples, and
-#: the packed trainer to use instead (None: none yet)
-PREFERENCE_TRAINERS = {"DPOTrainer": "PackedDPOTrainer", "RewardTrainer": "PackedRewardTrainer",
-                       "KTOTrainer": "PackedKTOTrainer"}
