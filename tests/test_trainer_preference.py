@@ -72,6 +72,33 @@ def test_packed_trainers_equal_trls_own_padded_run(kind, settings, layouts, tmp_
         assert packed.eval_loss == pytest.approx(stock.eval_loss, abs=1e-5)
 
 
+def test_the_fused_fields_read_only_the_logits_they_need():
+    """What the packed trainers hand TRL's loss: token_logps' rows, the same whether the model
+    computes every position's logits or (logits_to_keep) only those that predict a completion
+    token, which is fewer than the row's tokens."""
+    from packlib.torch import model_inputs, token_logps
+    from packlib.torch.trainers._trl_rows import fused_output
+
+    model = P.causal_lm()
+    row = PackedCollator(share_prompt=True)([{"prompt_ids": [2, 3, 4, 5, 6], "chosen_ids": [7, 8], "rejected_ids": [9]},
+                                             {"prompt_ids": [2, 3], "chosen_ids": [7, 8, 9], "rejected_ids": [10, 11]}])
+    shapes = []
+
+    def run(**keep):
+        out = model(**model_inputs(row), **keep)
+        shapes.append(out.logits.shape[1])
+        return out
+
+    kept, full = fused_output(run, row, keep_logits=True), fused_output(run, row, keep_logits=False)
+    assert shapes == [6, row["input_ids"].shape[1]]  # 8 completion tokens; a prompt's last predicts two
+    logps, mask = token_logps(model(**model_inputs(row)).logits, row)
+    for out in (kept, full):
+        torch.testing.assert_close(out.log_probs, logps, atol=1e-6, rtol=0)
+        assert torch.equal(out.label_mask, mask.bool())
+    for name in ("entropy", "mean_logits", "log_sum_sq_probs", "is_top1"):
+        torch.testing.assert_close(getattr(kept, name), getattr(full, name), atol=1e-6, rtol=0)
+
+
 def test_the_comparison_can_fail(tmp_path):
     """The check above sees a wrong loss: the packed DPO run with another beta differs."""
     stock = _trained("dpo", output_dir=str(tmp_path), **STEPS)

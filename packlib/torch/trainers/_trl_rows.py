@@ -13,6 +13,7 @@ with ``packlib_row=`` the packed batch, run that row and return those fields in 
 """
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 
 from .._lazy import require_torch
@@ -54,18 +55,27 @@ def padded_view(row):
     return ids, mask
 
 
-def fused_output(logits, row, aux_loss=None):
-    """TRL's ``FusedCausalLMOutput`` for ``row``'s completions, read from the row's logits:
+def fused_output(run, row, keep_logits: bool = False):
+    """TRL's ``FusedCausalLMOutput`` for ``row``'s completions: ``run(**kwargs)`` is the
+    model's forward on the row, whose logits are read (``keep_logits``: only those of the
+    positions that predict a completion token, through the model's ``logits_to_keep``);
     ``log_probs`` differentiable (:func:`packlib.torch.token_logps`' rows and columns), the
     other per-token fields without gradient, zero where no completion token is."""
     torch = require_torch()
     from trl.trainer.utils import FusedCausalLMOutput
 
-    flat, chunk_size = _flat_logits(logits, None)
-    src, tok, seq, col, n, width = _completion_targets(row, flat.shape[0])
+    src, tok, seq, col, n, width = _completion_targets(row, row["input_ids"].numel())
+    c = src >= 0
+    src, tok, seq, col = src[c], tok[c], seq[c], col[c]
+    if keep_logits:
+        keep = torch.unique(src)  # sorted: the positions whose logits are needed
+        out = run(logits_to_keep=keep)
+        src = torch.searchsorted(keep, src)
+    else:
+        out = run()
+    flat, chunk_size = _flat_logits(out.logits, None)
     dev = flat.device
-    c = (src >= 0).to(dev)
-    src, tok, seq, col = (x.to(dev)[c] for x in (src, tok, seq, col))
+    src, tok, seq, col = (x.to(dev) for x in (src, tok, seq, col))
     per_token = _apply(flat, src, tok, chunk_size, 1.0)
     at = (seq, col)
     log_probs = torch.zeros(n, width, dtype=torch.float32, device=dev).index_put(at, per_token)
@@ -75,7 +85,8 @@ def fused_output(logits, row, aux_loss=None):
         for name, values in _token_fields(flat, src, tok).items():
             fields[name] = torch.zeros(n, width, dtype=values.dtype, device=dev).index_put(at, values)
     loss = -log_probs.sum() / mask.sum().clamp(min=1)
-    return FusedCausalLMOutput(loss=loss, log_probs=log_probs, label_mask=mask, aux_loss=aux_loss, **fields)
+    return FusedCausalLMOutput(loss=loss, log_probs=log_probs, label_mask=mask,
+                               aux_loss=getattr(out, "aux_loss", None), **fields)
 
 
 def _token_fields(flat, src, tok):
@@ -125,6 +136,8 @@ def patch_forward(model, kind: str) -> None:
     if getattr(module, "_packlib_rows", None) == (kind, module.forward):
         return  # patched, and not wrapped since (a trainer built again on the model wraps its forward again)
     inner = module.forward
+    # the logits of the positions that predict a completion token only, where the model can
+    keep_logits = "logits_to_keep" in inspect.signature(type(module).forward).parameters
 
     def forward(*args, packlib_row=None, **kwargs):
         if packlib_row is None:
@@ -132,10 +145,10 @@ def patch_forward(model, kind: str) -> None:
         if kind == "scores":
             return scores_output(module, packlib_row)
         extra = {k: kwargs[k] for k in ("output_router_logits",) if k in kwargs}
-        out = inner(**model_inputs(packlib_row), **extra)
         if not kwargs.get("fused_lm_head", False):
-            return out
-        return fused_output(out.logits, packlib_row, getattr(out, "aux_loss", None))
+            return inner(**model_inputs(packlib_row), **extra)
+        return fused_output(lambda **keep: inner(**model_inputs(packlib_row), **extra, **keep), packlib_row,
+                            keep_logits=keep_logits)
 
     module.forward = forward
     module._packlib_rows = (kind, forward)
