@@ -358,6 +358,21 @@ def _multimodal_trainer(ns, tmp, stack):
     ns.update(model=nv.tiny_model("qwen2_5_vl"))
 
 
+def _preference_trl(kind):
+    """TRL's data for ``kind`` (dpo, reward, kto), a word-level tokenizer and tiny models."""
+    def setup(ns, tmp, stack):
+        pytest.importorskip("trl", reason="the block runs TRL's trainers: pip install trl")
+        pytest.importorskip("datasets", reason="TRL's trainers take a datasets.Dataset")
+        from tests import _preference_trainers as trainers
+
+        ns.update(dataset=trainers.dataset(kind), tokenizer=trainers.tokenizer())
+        if kind == "reward":
+            ns["reward_model"] = trainers.reward_model()
+        else:
+            ns.update(model=trainers.causal_lm(), ref_model=trainers.causal_lm())
+    return setup
+
+
 def _preference_plans(ns, tmp, stack):
     pytest.importorskip("torch", reason="the block collates with packlib.torch")
     ns["dataset"] = _pairs(300, seed=32)
@@ -420,6 +435,11 @@ SETUPS = {
     ("docs/preference.md", "KTO"): _preference_kto,
     ("docs/preference.md", "Plans keep pairs and groups whole"): _preference_plans,
     ("docs/preference.md", "TRL's `GRPOTrainer`, packed: `PackedGRPOTrainer`"): _preference_grpo_trainer,
+
+
+    ("docs/preference.md", "`DPOTrainer`"): _preference_trl("dpo"),
+    ("docs/preference.md", "`RewardTrainer`"): _preference_trl("reward"),
+    ("docs/preference.md", "`KTOTrainer`"): _preference_trl("kto"),
     ("docs/multimodal.md", "Vision-language packing: Qwen2-VL, Qwen2.5-VL, Qwen3-VL"): _multimodal,
     ("docs/multimodal.md", "Planning rows on the true length"): _multimodal,
     ("docs/multimodal.md", "Balanced steps that count the vision tower"): _multimodal,

@@ -35,9 +35,13 @@ measured on the model).
   :func:`calibrate_vision_cost` the vision tower's cost per image (docs/multimodal.md).
 - :class:`CheckpointableDataset` wraps a checkpointable iterator as an ``IterableDataset``.
 - :func:`balance_trainer` makes a ``transformers.Trainer`` (or TRL's) train the balanced
-  steps of a :class:`packlib.BalancedBatchSampler` (docs/training.md); ``PackedGRPOTrainer``
-  (:class:`PackedGRPOMixin`) is TRL's ``GRPOTrainer`` computing its log-probs on packed
-  rows, each prompt once (docs/preference.md).
+  steps of a :class:`packlib.BalancedBatchSampler` (docs/training.md).
+- ``PackedDPOTrainer``, ``PackedRewardTrainer`` and ``PackedKTOTrainer`` are TRL's
+  ``DPOTrainer``, ``RewardTrainer`` and ``KTOTrainer`` on packed rows: the same arguments,
+  loss code and defaults, :class:`PackedCollator` by default (built on first import, which
+  needs TRL; docs/preference.md). TRL's own classes refuse ``PackedCollator``'s rows of pairs.
+- ``PackedGRPOTrainer`` (:class:`PackedGRPOMixin`) is TRL's ``GRPOTrainer`` computing its
+  log-probs on packed rows, each prompt once (docs/preference.md).
 
 >>> from packlib.torch import PackedCollator
 >>> batch = PackedCollator()([{"input_ids": [5, 6, 7]}, {"input_ids": [8, 9]}])
@@ -58,7 +62,7 @@ from .collate import (PackedCollator, VisionPackedCollator, block_causal_mask, l
                       tree_sizes)
 from .cost import CostFit, calibrate_cost, calibrate_vision_cost, calibration_rows, image_grid_thw
 from .logps import sequence_logps, sequence_scores, token_logps
-from .trainers import PackedGRPOMixin, balance_trainer
+from .trainers import TRL_TRAINERS, PackedGRPOMixin, balance_trainer
 
 __all__ = ["PackedCollator", "block_causal_mask", "CheckpointableDataset", "label_tokens", "sequence_logps",
            "token_logps", "sequence_scores",
@@ -70,8 +74,8 @@ __all__ = ["PackedCollator", "block_causal_mask", "CheckpointableDataset", "labe
 def __getattr__(name):
     if name == ITERABLE_NAME:  # unpickling in a fresh process
         return iterable_dataset_class()
-    if name == "PackedGRPOTrainer":  # built on first use: it subclasses TRL's GRPOTrainer
-        from .trainers import PackedGRPOTrainer
+    if name in TRL_TRAINERS:  # TRL's classes, subclassed on first use
+        from . import trainers
 
-        return PackedGRPOTrainer
+        return getattr(trainers, name)
     raise AttributeError(f"module 'packlib.torch' has no attribute {name!r}")

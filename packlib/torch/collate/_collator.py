@@ -2,6 +2,7 @@
 sequences end to end in one padding-free row, with what the model needs to keep them apart."""
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 
 import numpy as np
@@ -15,6 +16,11 @@ from ._preference import collate_preference, is_preference, preference_settings,
 from ._tree import collate_tree, tree_settings
 
 _MASKS = ("4d",)  # besides None: no mask
+#: set on packlib's trainer classes that read packed rows of pairs (packlib.torch.trainers)
+PACKED_TRAINER_FLAG = "_packlib_packed_rows"
+#: TRL's trainers that read a batch of pairs as a padded batch, and packlib's class that does not
+PADDED_READERS = {"DPOTrainer": "PackedDPOTrainer", "RewardTrainer": "PackedRewardTrainer",
+                   "KTOTrainer": "PackedKTOTrainer"}
 
 
 class PackedCollator:
@@ -52,7 +58,10 @@ class PackedCollator:
     prompt laid out once (``share_prompt``), with what :func:`sequence_logps`,
     :func:`token_logps` and :func:`sequence_scores` read; every other key of the examples
     comes through, one value per example, or is refused by name; TRL's truncation is opt-in
-    (``max_length``; docs/preference.md).
+    (``max_length``; docs/preference.md). TRL's ``DPOTrainer``, ``RewardTrainer`` and
+    ``KTOTrainer`` read such a batch as their padded batch: collating pairs for one of them is
+    refused (``ValueError``), naming ``packlib.torch.PackedDPOTrainer`` (``PackedRewardTrainer``,
+    ``PackedKTOTrainer``), which train on these rows.
 
     Parameters
     ----------
@@ -128,6 +137,7 @@ class PackedCollator:
         if self.share_prefix:  # the micro-batch's prefix tree
             return collate_tree(examples, self)
         if is_preference(examples[0]):  # pairs or groups of completions
+            _refuse_padded_reader(sys._getframe(1))
             return collate_preference(examples, self)
         parts = [read_example(e, k) for k, e in enumerate(examples)]
         tokens = np.concatenate([p[0] for p in parts])
@@ -146,6 +156,29 @@ class PackedCollator:
         if self.use_cache is not None:
             out["use_cache"] = self.use_cache
         return out
+
+
+def _refuse_padded_reader(frame, depth: int = 64) -> None:
+    """Refuse to collate pairs for a TRL trainer that reads them as a padded batch: the
+    nearest ``Trainer`` among the calling frames (the training loop, or the DataLoader worker
+    it forked), unless it is packlib's packed trainer."""
+    while frame is not None and depth > 0:
+        code = frame.f_code
+        if code.co_argcount and code.co_varnames[0] == "self":
+            owner = type(frame.f_locals.get("self"))
+            if any(c.__name__ == "Trainer" and c.__module__.startswith("transformers.") for c in owner.__mro__):
+                if getattr(owner, PACKED_TRAINER_FLAG, False):
+                    return
+                for c in owner.__mro__:
+                    if c.__module__.startswith("trl.") and c.__name__ in PADDED_READERS:
+                        raise ValueError(
+                            f"{owner.__name__} reads a batch of pairs (KTO: examples) as TRL's padded batch (one row "
+                            "per sequence), not as PackedCollator's one packed row, and would fail or train on the "
+                            "wrong values: "
+                            f"use packlib.torch.{PADDED_READERS[c.__name__]} (the same arguments), which runs "
+                            f"{c.__name__}'s own loss on packed rows (docs/preference.md)")
+                return
+        frame, depth = frame.f_back, depth - 1
 
 
 PackedCollator.__module__ = "packlib.torch"  # pickles and reprs name the public path, which never moves

@@ -29,6 +29,7 @@ from ...balancing._sampler import BalancedBatchSampler, set_label_counter
 from ..collate._examples import label_tokens
 from .._lazy import require_torch
 from ._checks import check_trainer
+from ._trl_preference import refuse_unweighted
 
 set_label_counter(label_tokens)  # the sampler counts what this package's collator trains
 
@@ -71,21 +72,29 @@ def balance_trainer(trainer, sampler):
     Trainer's default ``average_tokens_across_devices=True`` (with ``False`` each rank divides
     by its own tokens).
 
+    TRL's ``DPOTrainer``, ``RewardTrainer`` and ``KTOTrainer`` average each micro-batch's loss,
+    which would weigh a balanced step's pairs unequally: they are refused, naming
+    ``packlib.torch.PackedDPOTrainer`` (``PackedRewardTrainer``, ``PackedKTOTrainer``), whose
+    step's loss is then the mean over all the step's pairs (KTO: examples) on every rank
+    (``PackedKTOTrainer`` takes any ``per_device_train_batch_size``: it only sets KTO's KL pairs).
+
     Refused (``ValueError``, naming the setting): ``per_device_train_batch_size`` other than
     1, ``gradient_accumulation_steps`` other than the sampler's ``micro_batches``, a rank or
-    world size other than the trainer's, transformers' padding collators, and (when the
-    trainer builds its loader) a dataset whose rows are not the sampler's lengths. Also, before
-    anything changes: a dataset without ``len()`` and indexing (iterable, streaming), a trainer
-    that regroups rows (TRL's ``GRPOTrainer``, ``RLOOTrainer``: use ``PackedGRPOTrainer``), a
-    model whose loss cannot take ``num_items_in_batch``; a model whose ``forward`` does pass it
-    on although it declares ``accepts_loss_kwargs = False`` (Qwen2.5-VL, Qwen3-VL) gets
+    world size other than the trainer's, transformers' padding collators, TRL's preference
+    trainers (above), and (when the trainer builds its loader) a dataset whose rows are not
+    the sampler's lengths. Also, before anything changes: a dataset without ``len()`` and
+    indexing (iterable, streaming), a trainer that regroups rows (TRL's ``GRPOTrainer``,
+    ``RLOOTrainer``: use ``PackedGRPOTrainer``), a model whose loss cannot take
+    ``num_items_in_batch``; a model whose ``forward`` does pass it on although it declares
+    ``accepts_loss_kwargs = False`` (Qwen2.5-VL, Qwen3-VL) gets
     ``trainer.model_accepts_loss_kwargs = True``; a model transformers cannot resume through
     the Trainer (Qwen2-VL, Qwen2.5-VL) is warned about.
     """
     if not isinstance(sampler, BalancedBatchSampler):
         raise TypeError(f"sampler must be a packlib.BalancedBatchSampler, got {type(sampler).__name__}")
+    refuse_unweighted(trainer)  # TRL's preference trainers: packlib's, which weigh every pair of a step, or refused
     args = trainer.args
-    if args.per_device_train_batch_size != 1:
+    if args.per_device_train_batch_size != 1 and not getattr(trainer, "packlib_any_batch_size", False):
         raise ValueError(f"per_device_train_batch_size={args.per_device_train_batch_size}: each micro-batch of a "
                          "balanced schedule is one packed row, so set per_device_train_batch_size=1")
     if args.gradient_accumulation_steps != sampler.micro_batches:
@@ -106,6 +115,8 @@ def balance_trainer(trainer, sampler):
         args.max_steps = stream.total_steps  # the Trainer stops when the planned epochs end, each whole
     trainer.get_train_dataloader = lambda: _train_dataloader(trainer, stream)
     trainer.add_callback(_epoch_callback(stream))
+    if callable(getattr(trainer, "packlib_balance", None)):
+        trainer.packlib_balance()  # each step's loss: the mean over its pairs (examples), on every rank
     return trainer
 
 

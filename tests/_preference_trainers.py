@@ -1,0 +1,208 @@
+"""TRL's DPOTrainer, RewardTrainer and KTOTrainer on tiny models, padded (TRL's own run) and
+packed (packlib.torch.PackedDPOTrainer, ...), with and without balanced steps; shared by
+tests/test_trainer_preference.py and benchmarks/bench_trainer_paths_preference.py.
+
+The reference of a balanced run is TRL's own code on TRL's own padded batches: each optimizer
+step, the stock trainer's ``compute_loss`` on its padded batch of the step's micro-batches,
+each weighted by its pairs (examples) over the step's, and plain SGD (what the Trainer does
+with ``optim="sgd"``, a constant learning rate and no clipping).
+
+Run as ``python -m tests._preference_trainers PORT OUT_DIR KIND`` it forks two gloo ranks that
+train ``KIND`` (dpo, kto) packed and balanced and write their parameters (``params-RANK.pt``)
+and their planned steps; exits 0 when both did. Importable without torch.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import sys
+
+import numpy as np
+
+VOCAB = 64
+LR = 0.5
+L = 40  # the plan's row capacity: micro-batches of 1 to 4 pairs
+SETTINGS = dict(learning_rate=LR, optim="sgd", lr_scheduler_type="constant", max_grad_norm=0.0, report_to=[],
+                use_cpu=True, save_strategy="no", disable_tqdm=True, logging_steps=1, bf16=False, seed=0)
+
+
+def tokenizer():
+    """A word-level tokenizer of ``t0`` ... ``t63`` (pad ``t0``, eos ``t1``)."""
+    import transformers
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel({f"t{i}": i for i in range(VOCAB)}, unk_token="t0"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="t0", eos_token="t1")
+
+
+def _config(**kw):
+    import transformers
+
+    return transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                    num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256, **kw)
+
+
+def causal_lm(seed=0):
+    import torch
+    import transformers
+
+    torch.manual_seed(seed)
+    return transformers.AutoModelForCausalLM.from_config(_config(), attn_implementation="sdpa")
+
+
+def reward_model(seed=0):
+    import torch
+    import transformers
+
+    torch.manual_seed(seed)
+    return transformers.AutoModelForSequenceClassification.from_config(_config(num_labels=1, pad_token_id=0),
+                                                                       attn_implementation="sdpa")
+
+
+def _words(rng, lo, hi):
+    return " ".join(f"t{i}" for i in rng.integers(2, VOCAB, rng.integers(lo, hi)))
+
+
+def dataset(kind: str, n: int = 16, seed: int = 0):
+    """TRL's data for ``kind``: DPO text pairs, reward pairs of token ids with a margin, KTO
+    text examples with labels."""
+    import datasets
+
+    rng = np.random.default_rng(seed)
+    if kind == "dpo":
+        return datasets.Dataset.from_dict({"prompt": [_words(rng, 2, 8) for _ in range(n)],
+                                           "chosen": [" " + _words(rng, 1, 9) for _ in range(n)],
+                                           "rejected": [" " + _words(rng, 1, 9) for _ in range(n)]})
+    if kind == "reward":
+        ids = [[rng.integers(2, VOCAB, rng.integers(2, 12)).tolist() for _ in range(n)] for _ in range(2)]
+        return datasets.Dataset.from_dict({"chosen_ids": ids[0], "rejected_ids": ids[1],
+                                           "margin": rng.random(n).round(3).tolist()})
+    return datasets.Dataset.from_dict({"prompt": [_words(rng, 2, 8) for _ in range(n)],
+                                       "completion": [" " + _words(rng, 1, 9) for _ in range(n)],
+                                       "label": [bool(b) for b in rng.integers(0, 2, n)]})
+
+
+def trainer(kind: str, cls=None, *, data=None, **settings):
+    """A TRL trainer of ``kind`` (``cls``: TRL's own by default, or a packlib class), on
+    fresh tiny models; ``settings`` go to its config, ``data_collator`` to the trainer."""
+    import trl
+
+    base = {"dpo": "DPO", "reward": "Reward", "kto": "KTO"}[kind]
+    cls = cls or getattr(trl, f"{base}Trainer")
+    collator = settings.pop("data_collator", None)
+    out = settings.pop("output_dir", "/tmp/packlib-preference-trainers")
+    args = getattr(trl, f"{base}Config")(out, **{**SETTINGS, **settings})
+    kw = {"data_collator": collator} if collator is not None else {}
+    if kind == "reward":
+        return cls(model=reward_model(), args=args, train_dataset=data or dataset(kind), processing_class=tokenizer(),
+                   **kw)
+    ref = None if args.precompute_ref_log_probs else causal_lm()
+    return cls(model=causal_lm(), ref_model=ref, args=args, train_dataset=data or dataset(kind),
+               processing_class=tokenizer(), **kw)
+
+
+def lengths(kind: str, rows):
+    """The sampler's lengths of the trainer's (prepared) dataset: ``(n, 2)`` per pair, or
+    ``(n, 1)`` per KTO example."""
+    if kind == "reward":
+        return np.array([[len(r["chosen_ids"]), len(r["rejected_ids"])] for r in rows])
+    if kind == "dpo":
+        return np.array([[len(r["prompt_ids"]) + len(r["chosen_ids"]), len(r["prompt_ids"]) + len(r["rejected_ids"])]
+                         for r in rows])
+    return np.array([[len(r["prompt_ids"]) + len(r["completion_ids"])] for r in rows])
+
+
+def sampler(kind, trainer_, *, rank=0, world_size=1, micro_batches=2, seed=3):
+    import packlib
+
+    return packlib.BalancedBatchSampler(lengths(kind, trainer_.train_dataset), L, rank=rank, world_size=world_size,
+                                        micro_batches=micro_batches, cost=packlib.transformer_cost(4096), seed=seed)
+
+
+def planned_steps(sampler_, steps):
+    """The first ``steps`` optimizer steps of the plan: per step, every rank's micro-batches
+    (lists of dataset rows), in the order of ``(rank, micro-batch)``."""
+    out, epoch = [], 0
+    while len(out) < steps:
+        schedule = sampler_._schedule_of(epoch)
+        o, ix = schedule.packs.offsets, schedule.packs.indices
+        per_step = sampler_.world_size * sampler_.micro_batches
+        for s in range(schedule.num_steps):
+            out.append([ix[o[k]:o[k + 1]].tolist() for k in range(s * per_step, (s + 1) * per_step)])
+        epoch += 1
+    return out[:steps]
+
+
+def reference_run(stock, steps):
+    """SGD on TRL's own loss over each step's padded micro-batches, each weighted by its
+    pairs (examples) over the step's: the parameters after ``steps``."""
+    import torch
+
+    model = stock.model.train()
+    rows = stock.train_dataset
+    for step in steps:
+        total = sum(len(mb) for mb in step)
+        loss = 0
+        for mb in step:
+            batch = stock._prepare_inputs(stock.data_collator([rows[i] for i in mb]))
+            loss = loss + stock.compute_loss(model, batch) * (len(mb) / total)
+        loss.backward()
+        with torch.no_grad():
+            for p in model.parameters():
+                if p.grad is not None:
+                    p -= LR * p.grad
+                    p.grad = None
+    return model
+
+
+def max_difference(a, b) -> float:
+    return max(float((x - y).abs().max()) for x, y in zip(a.parameters(), b.parameters()))
+
+
+def settings_of(kind):
+    """Each kind's settings for the balanced runs (KTO's per_device_train_batch_size only
+    sets its KL pairs)."""
+    return {"kto": {"per_device_train_batch_size": 4}}.get(kind, {"per_device_train_batch_size": 1})
+
+
+# ------------------------------------------------------------------ two gloo ranks
+def main(rank: int, out: pathlib.Path, kind: str) -> None:
+    import torch
+
+    from packlib.torch import PackedCollator, balance_trainer
+    from packlib.torch.trainers import _trl_preference
+
+    torch.set_num_threads(1)
+    cls = _trl_preference.trainer_class({"dpo": "PackedDPOTrainer", "kto": "PackedKTOTrainer",
+                                         "reward": "PackedRewardTrainer"}[kind])
+    t = trainer(kind, cls, data_collator=PackedCollator(), gradient_accumulation_steps=2, max_steps=STEPS,
+                output_dir=str(out / f"run-{rank}"), **settings_of(kind))
+    s = sampler(kind, t, rank=t.args.process_index, world_size=t.args.world_size)
+    balance_trainer(t, s)
+    t.train()
+    torch.save({k: v.detach().clone() for k, v in t.model.state_dict().items()}, out / f"params-{rank}.pt")
+    (out / f"steps-{rank}.json").write_text(json.dumps(planned_steps(s, STEPS)))
+
+
+STEPS = 3
+
+
+def launch(port: int, out: str, kind: str) -> int:
+    import torch  # noqa: F401  (imported once, inherited by the ranks)
+    import trl  # noqa: F401
+    import transformers.models.llama.modeling_llama  # noqa: F401
+
+    from tests._ddp_worker import fork_ranks
+
+    def run(rank):
+        os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+                          MASTER_PORT=str(port))
+        main(rank, pathlib.Path(out), kind)
+
+    return fork_ranks(2, run)
+
+
+if __name__ == "__main__":
+    sys.exit(launch(int(sys.argv[1]), sys.argv[2], sys.argv[3]))

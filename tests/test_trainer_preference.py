@@ -1,0 +1,211 @@
+"""TRL's DPOTrainer, RewardTrainer and KTOTrainer on packed rows (packlib/torch/trainers/
+_trl_preference.py, _trl_rows.py): each packed trainer's parameters after a few steps equal
+TRL's own padded run's, in both layouts and with the settings that reach its loss; TRL's own
+trainers refuse PackedCollator's rows, and balance_trainer refuses them (and TRL's padding
+collators); under balance_trainer each step's loss is the mean over its pairs (KTO: examples)
+across micro-batches of different sizes and across two gloo ranks, against TRL's own loss on
+its padded batches (tests/_preference_trainers.py).
+
+Tiny random Llama models from a config. Needs torch, transformers, datasets and TRL; without
+them the module skips.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the trainer tests run models: pip install torch")
+pytest.importorskip("transformers", reason="the trainer tests build transformers models")
+pytest.importorskip("datasets", reason="TRL's trainers take a datasets.Dataset")
+trl = pytest.importorskip("trl", reason="these tests run TRL's trainers")
+
+from packlib.torch import PackedCollator, balance_trainer  # noqa: E402
+from packlib.torch.trainers import _trl_preference  # noqa: E402
+from tests import _preference_trainers as P  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PACKED = {"dpo": "PackedDPOTrainer", "reward": "PackedRewardTrainer", "kto": "PackedKTOTrainer"}
+STEPS = dict(per_device_train_batch_size=4, max_steps=3)
+
+
+def _packed(kind):
+    return _trl_preference.trainer_class(PACKED[kind])
+
+
+def _trained(kind, cls=None, **settings):
+    """The trainer after ``train()``, and its ``evaluate()`` loss on its training rows."""
+    t = P.trainer(kind, cls, **settings)
+    t.train()
+    t.eval_dataset = t.train_dataset
+    t.eval_loss = t.evaluate()["eval_loss"]
+    return t
+
+
+# --------------------------------------------------------------- the trainers' own runs
+@pytest.mark.parametrize("kind, settings, layouts", [
+    ("dpo", {}, (False, True)),                                         # sigmoid, a reference model
+    ("dpo", dict(precompute_ref_log_probs=True, loss_type=["sigmoid", "sft"], loss_weights=[1.0, 0.5]), (True,)),
+    ("dpo", dict(loss_type=["sigmoid_norm"], ld_alpha=0.5, use_weighting=True), (False,)),
+    ("dpo", dict(loss_type=["ipo"], beta=1.0, max_length=9), (True,)),  # TRL's truncation
+    ("reward", dict(center_rewards_coefficient=0.01), (False, True)),   # with margin
+    ("kto", {}, (False, True)),                                         # its KL term
+    ("kto", dict(loss_type="apo_zero_unpaired", precompute_ref_log_probs=True), (True,)),
+])
+def test_packed_trainers_equal_trls_own_padded_run(kind, settings, layouts, tmp_path):
+    """Three SGD steps (lr 0.5): the packed trainer's parameters equal TRL's own padded run's,
+    packed (the packed trainer's default collator) and with the prompt laid out once; its
+    logged losses and its evaluate() loss afterwards too."""
+    stock = _trained(kind, output_dir=str(tmp_path), **STEPS, **settings)
+    for share in layouts:
+        collator = {"data_collator": PackedCollator(share_prompt=True, max_length=settings.get("max_length"))} \
+            if share else {}
+        packed = _trained(kind, _packed(kind), output_dir=str(tmp_path), **STEPS, **settings, **collator)
+        assert P.max_difference(stock.model, packed.model) < 2e-5
+        losses = [[h["loss"] for h in t.state.log_history if "loss" in h] for t in (stock, packed)]
+        assert losses[0] == pytest.approx(losses[1], abs=1e-5)
+        assert packed.eval_loss == pytest.approx(stock.eval_loss, abs=1e-5)
+
+
+def test_the_fused_fields_read_only_the_logits_they_need():
+    """What the packed trainers hand TRL's loss: token_logps' rows, the same whether the model
+    computes every position's logits or (logits_to_keep) only those that predict a completion
+    token, which is fewer than the row's tokens."""
+    from packlib.torch import model_inputs, token_logps
+    from packlib.torch.trainers._trl_rows import fused_output
+
+    model = P.causal_lm()
+    row = PackedCollator(share_prompt=True)([{"prompt_ids": [2, 3, 4, 5, 6], "chosen_ids": [7, 8], "rejected_ids": [9]},
+                                             {"prompt_ids": [2, 3], "chosen_ids": [7, 8, 9], "rejected_ids": [10, 11]}])
+    shapes = []
+
+    def run(**keep):
+        out = model(**model_inputs(row), **keep)
+        shapes.append(out.logits.shape[1])
+        return out
+
+    kept, full = fused_output(run, row, keep_logits=True), fused_output(run, row, keep_logits=False)
+    assert shapes == [6, row["input_ids"].shape[1]]  # 8 completion tokens; a prompt's last predicts two
+    logps, mask = token_logps(model(**model_inputs(row)).logits, row)
+    for out in (kept, full):
+        torch.testing.assert_close(out.log_probs, logps, atol=1e-6, rtol=0)
+        assert torch.equal(out.label_mask, mask.bool())
+    for name in ("entropy", "mean_logits", "log_sum_sq_probs", "is_top1"):
+        torch.testing.assert_close(getattr(kept, name), getattr(full, name), atol=1e-6, rtol=0)
+
+
+def test_the_comparison_can_fail(tmp_path):
+    """The check above sees a wrong loss: the packed DPO run with another beta differs."""
+    stock = _trained("dpo", output_dir=str(tmp_path), **STEPS)
+    packed = _trained("dpo", _packed("dpo"), output_dir=str(tmp_path), beta=0.2, **STEPS)
+    assert P.max_difference(stock.model, packed.model) > 1e-3
+
+
+def test_packed_trainers_are_trls_classes_and_pickle_by_name():
+    import pickle
+
+    import packlib.torch
+
+    for kind, name in PACKED.items():
+        cls = getattr(packlib.torch, name)
+        assert cls is _packed(kind) and cls.__module__ == "packlib.torch"
+        base = {"dpo": "DPOTrainer", "reward": "RewardTrainer", "kto": "KTOTrainer"}[kind]
+        assert issubclass(cls, getattr(trl, base))
+        assert pickle.loads(pickle.dumps(cls)) is cls
+
+
+# ------------------------------------------------------------------------- refusals
+@pytest.mark.parametrize("kind", ["dpo", "reward", "kto"])
+def test_trls_own_trainers_refuse_packed_rows_at_the_first_collate(kind, tmp_path):
+    t = P.trainer(kind, output_dir=str(tmp_path), data_collator=PackedCollator(), **STEPS)
+    with pytest.raises(ValueError, match=f"use packlib.torch.{PACKED[kind]} "):
+        t.train()
+
+
+def test_the_refusal_reaches_a_dataloader_worker(tmp_path):
+    """The collate of a forked DataLoader worker sees the trainer that started it."""
+    t = P.trainer("dpo", output_dir=str(tmp_path), data_collator=PackedCollator(), dataloader_num_workers=1, **STEPS)
+    with pytest.raises(Exception, match="use packlib.torch.PackedDPOTrainer "):
+        t.train()
+
+
+def test_the_refusal_leaves_a_loop_of_ones_own_alone():
+    pairs = [{"prompt_ids": [2, 3], "chosen_ids": [4], "rejected_ids": [5, 6]}]
+    assert PackedCollator()(pairs)["input_ids"].shape == (1, 7)
+
+
+@pytest.mark.parametrize("kind", ["dpo", "reward", "kto"])
+@pytest.mark.parametrize("collator", ["trl", "packed"])
+def test_balance_trainer_refuses_trls_preference_trainers(kind, collator, tmp_path):
+    """TRL's trainers weigh each micro-batch's mean equally: refused with any collator,
+    naming the packed trainer."""
+    kw = {"data_collator": PackedCollator()} if collator == "packed" else {}
+    t = P.trainer(kind, output_dir=str(tmp_path), gradient_accumulation_steps=2, **P.settings_of(kind), **kw)
+    with pytest.raises(ValueError, match=f"use packlib.torch.{PACKED[kind]} with data_collator="):
+        balance_trainer(t, P.sampler(kind, t))
+
+
+def test_balance_trainer_refuses_a_packed_trainer_given_trls_collator(tmp_path):
+    from trl.trainer.dpo_trainer import DataCollatorForPreference
+
+    t = P.trainer("dpo", _packed("dpo"), output_dir=str(tmp_path), gradient_accumulation_steps=2,
+                  data_collator=DataCollatorForPreference(pad_token_id=0), **P.settings_of("dpo"))
+    with pytest.raises(ValueError, match="data_collator is DataCollatorForPreference"):
+        balance_trainer(t, P.sampler("dpo", t))
+
+
+# ------------------------------------------------------------------- balanced steps
+@pytest.mark.parametrize("kind", ["dpo", "reward", "kto"])
+def test_balanced_steps_weigh_every_pair_as_trls_padded_step(kind, tmp_path, monkeypatch):
+    """balance_trainer's micro-batches hold 1 to 4 pairs (examples): three steps equal SGD on
+    TRL's own loss, each micro-batch's weighted by its pairs over the step's. Without the
+    weighting (each micro-batch's mean weighed equally, TRL's rule) they differ."""
+    cls = _packed(kind)
+    runs = {}
+    for weigh in (True, False):
+        if not weigh:
+            monkeypatch.setattr(cls, "packlib_balance", lambda self: None)
+        t = P.trainer(kind, cls, output_dir=str(tmp_path), gradient_accumulation_steps=2, max_steps=3,
+                      **P.settings_of(kind))
+        sampler = P.sampler(kind, t)
+        balance_trainer(t, sampler)
+        t.train()
+        runs[weigh] = t.model
+    steps = P.planned_steps(sampler, 3)
+    assert len({len(mb) for step in steps for mb in step}) > 1          # micro-batches of different sizes
+    reference = P.reference_run(P.trainer(kind, output_dir=str(tmp_path), **P.settings_of(kind)), steps)
+    assert P.max_difference(runs[True], reference) < 2e-5
+    assert P.max_difference(runs[False], reference) > 1e-3
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="the ranks are forked (POSIX)")
+def test_two_ranks_weigh_every_pair_of_the_step(tmp_path):
+    """Two gloo processes, PackedDPOTrainer with balance_trainer: both ranks end equal to each
+    other and to SGD on TRL's own loss over each step's micro-batches of both ranks, each
+    weighted by its pairs over the step's (KTO's KL term is averaged over the ranks' micro-
+    batches by TRL, so its reference is not a sum over micro-batches: one process covers it)."""
+    kind = "dpo"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, "-m", "tests._preference_trainers", str(_free_port()), str(tmp_path), kind],
+                          cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    params = [torch.load(tmp_path / f"params-{r}.pt") for r in range(2)]
+    assert all(torch.equal(params[0][k], params[1][k]) for k in params[0])
+    plans = [json.loads((tmp_path / f"steps-{r}.json").read_text()) for r in range(2)]
+    assert plans[0] == plans[1]
+    steps = plans[0]
+    assert len({len(mb) for step in steps for mb in step}) > 1
+    reference = P.reference_run(P.trainer(kind, output_dir=str(tmp_path), **P.settings_of(kind)), steps)
+    for k, v in reference.state_dict().items():
+        torch.testing.assert_close(params[0][k], v, atol=2e-5, rtol=1e-5)
