@@ -29,14 +29,18 @@ def nnls_fits(L: int) -> bool:
 
 def length_classes(L: int, exact: bool = False) -> tuple[int, int]:
     """``(q, G)``: NNLSHP at capacity ``L`` packs ``G = L // q`` classes of ``q`` tokens;
-    ``(1, L)`` up to :data:`FAST_NNLS_LENGTH` (with ``exact``, every ``L``), else
-    ``q = ceil(L / NNLS_CLASSES)``.
+    ``(1, L)`` up to :data:`FAST_NNLS_LENGTH` (with ``exact``, every ``L``). Above, ``q`` is
+    the width from ``q0 = ceil(L / NNLS_CLASSES)`` to ``2 q0`` that loses the fewest tokens
+    of a pack: the ``L mod q`` that ``G`` classes leave unused, plus half a class (a
+    sequence's mean rounding) for each width above one (``(L mod q) + (q - 1) / 2``, the
+    narrowest of equals).
 
     >>> length_classes(768), length_classes(2048), length_classes(2048, exact=True), length_classes(131072)
-    ((1, 768), (3, 682), (1, 2048), (171, 766))
+    ((1, 768), (4, 512), (1, 2048), (172, 762))
     """
     L = int(L)
     if exact or L <= FAST_NNLS_LENGTH:
         return 1, L
-    q = -(-L // NNLS_CLASSES)
+    q0 = -(-L // NNLS_CLASSES)
+    q = min(range(q0, 2 * q0 + 1), key=lambda w: (2 * (L % w) + w - 1, w))
     return q, L // q

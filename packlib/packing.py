@@ -216,8 +216,9 @@ def nnls_pack(
       plan as is;
     - above ``max_sequence_length = 768`` (the exact solver's cost grows as ``L**3``)
       the recipe runs on at most 768 length classes of
-      ``q = ceil(L / 768)`` tokens (a class's sequences fill its slots, so every pack fits
-      ``L``): its time and memory are those of ``L = 768`` at every ``L`` (the repair,
+      ``q`` tokens, ``q`` from ``ceil(L / 768)`` to twice that, the width that leaves the
+      fewest tokens of a pack unused (a class's sequences fill its slots, so every pack fits
+      ``L``): its time and memory are at most those of ``L = 768`` at every ``L`` (the repair,
       which then runs on the classes and again on the lengths, aside), the short-length
       cutoff counts classes, and ``plan.info["length_class"]`` is ``q``. The plan is then
       within a tenth of a percent of the recipe's; ``exact=True`` gives the recipe's own

@@ -26,10 +26,16 @@ def check_plan(plan, h, depth):
 
 def test_length_classes():
     assert length_classes(FAST_NNLS_LENGTH) == (1, FAST_NNLS_LENGTH) and length_classes(769) == (2, 384)
-    assert length_classes(1024) == (2, 512) and length_classes(MAX_NNLS_LENGTH) == (3, 682)
+    assert length_classes(1024) == (2, 512) and length_classes(1800) == (3, 600)
     assert length_classes(MAX_NNLS_LENGTH, exact=True) == (1, MAX_NNLS_LENGTH)
-    assert length_classes(MAX_NNLS_LENGTH + 1) == (3, 683)
-    assert length_classes(131072) == (171, 766) and length_classes(4097) == (6, 682)
+    # the width from ceil(L / 768) to twice it losing the fewest tokens: (L mod q) + (q - 1) / 2
+    assert length_classes(MAX_NNLS_LENGTH) == (4, 512) and length_classes(MAX_NNLS_LENGTH + 1) == (3, 683)
+    assert length_classes(131072) == (172, 762) and length_classes(4097) == (8, 512)
+    for L in range(769, 20000, 7):
+        q, G = length_classes(L)
+        q0 = -(-L // 768)
+        assert G == L // q <= 768 and q0 <= q <= 2 * q0
+        assert all(2 * (L % q) + q <= 2 * (L % w) + w for w in range(q0, 2 * q0 + 1))
 
 
 def test_plan_info_says_which_ran():
