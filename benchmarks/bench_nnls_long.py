@@ -2,6 +2,7 @@
 
     python benchmarks/bench_nnls_long.py                      # the table of docs/guide.md
     python benchmarks/bench_nnls_long.py --repeat 3           # each time the least of 3 runs
+    python benchmarks/bench_nnls_long.py --repeat 3 --no-exact  # nnls_pack alone (the exact recipe takes minutes)
     python benchmarks/bench_nnls_long.py --optimal            # + optimal_pack's gap and time
     python benchmarks/bench_nnls_long.py --reference          # + the enumerating recipe at L = 512
     python benchmarks/bench_nnls_long.py --compare            # + compare(h, L) with its defaults at 2k, 8k, 32k
@@ -17,8 +18,8 @@ width). One row per ``L`` and depth: packs, against the exact recipe (``exact=Tr
 lengths, where it runs: up to ``L = 2048``; one run, its time beside), the gap to
 ``packlib.lower_bound``, wall time and CPU time (each the least of ``--repeat`` steady-state
 runs: the machine is shared, so wall times are upper bounds and grow with its load; the CPU
-time is what a quiet machine's wall time would be, about) and the peak resident memory above
-the start of the call.
+time, the process's, the memory sampler's thread included, is what a quiet machine's wall
+time would be, about) and the peak resident memory above the start of the call.
 """
 from __future__ import annotations
 
@@ -87,7 +88,7 @@ def solve_rows(L: int, n: int):
         k += 1
 
 
-def rows(L: int, n: int, depths=(2, 3, None), repeat: int = 1, optimal: bool = False):
+def rows(L: int, n: int, depths=(2, 3, None), repeat: int = 1, optimal: bool = False, exact: bool = True):
     """The table's rows at capacity ``L``: one per depth (see the module docstring)."""
     from packlib._nnls_limits import MAX_NNLS_LENGTH
 
@@ -98,10 +99,10 @@ def rows(L: int, n: int, depths=(2, 3, None), repeat: int = 1, optimal: bool = F
         plan, mib = runs[0][0], max(r[2] for r in runs)
         seconds, cpu = min(r[1] for r in runs), min(r[3] for r in runs)
         against = "—"
-        if L <= MAX_NNLS_LENGTH:
-            exact, exact_seconds, _, exact_cpu = measured_cpu(lambda: packlib.nnls_pack(h, L, depth, exact=True))
-            diff = plan.num_packs - exact.num_packs
-            against = f"{diff:+,} ({100 * diff / exact.num_packs:+.3f} %), exact {fmt(exact_seconds)} ({fmt(exact_cpu)})"
+        if exact and L <= MAX_NNLS_LENGTH:
+            recipe, exact_seconds, _, exact_cpu = measured_cpu(lambda: packlib.nnls_pack(h, L, depth, exact=True))
+            diff = plan.num_packs - recipe.num_packs
+            against = f"{diff:+,} ({100 * diff / recipe.num_packs:+.3f} %), exact {fmt(exact_seconds)} ({fmt(exact_cpu)})"
         row = (f"| {L:,} | {depth or 'unlimited'} | {plan.info['length_class']} | {plan.num_packs:,} | {against} | "
                f"{gap(plan.num_packs, bound)} | {fmt(seconds)} ({fmt(cpu)}) | {mib:,.0f} MiB |")
         if optimal:
@@ -117,6 +118,7 @@ def main():
     ap.add_argument("--depths", nargs="*", default=["2", "3", "unlimited"], help="depth limits ('unlimited': None)")
     ap.add_argument("--n", type=int, default=200_000, help="sequences per histogram")
     ap.add_argument("--repeat", type=int, default=1, help="time nnls_pack this many times, report the least")
+    ap.add_argument("--no-exact", action="store_true", help="leave out the exact recipe (minutes up to 2,048)")
     ap.add_argument("--optimal", action="store_true", help="also optimal_pack's gap to the bound and its time")
     ap.add_argument("--reference", action="store_true", help="also the enumerating recipe at L = 512")
     ap.add_argument("--compare", action="store_true", help="also compare(h, L) with its defaults at 2k, 8k and 32k")
@@ -138,7 +140,7 @@ def main():
     if args.reference:
         print(reference_rows(512, args.n), flush=True)
     for L in args.lengths:
-        for row in rows(L, args.n, depths, args.repeat, args.optimal):
+        for row in rows(L, args.n, depths, args.repeat, args.optimal, not args.no_exact):
             print(row, flush=True)
     if args.compare:
         print("\n| L | compare(h, L) with its defaults: rows | refused | wall time |")
