@@ -5,6 +5,8 @@
     python benchmarks/bench_context_parallel.py --megatron-src /tmp/megatron-dev --simulate  # G = 256..1,024
     python benchmarks/bench_context_parallel.py --fewest       # packlib, and packlib held to the fewest micro-batches
     python benchmarks/bench_context_parallel.py --quick                                      # packlib only, tiny
+    python benchmarks/bench_context_parallel.py --megatron-src /tmp/megatron-dev --configs 3x2 6x2 3x8 12x4 \
+        --exchange 0.25           # G = 6, 12, 24, 48 (not powers of two), under a 5x larger exchange term
 
 Schedulers, each run from its own code as it is:
 
@@ -26,8 +28,13 @@ sharing a sample start its micro-batch together). Figures, means over steps (min
 - ``path / bound``: the tight lower bound over the critical path under ``(a·l + b·l²)/c + e·l·(c − 1)/c``,
   ``(a, b, e) = (1, 1/(12·4096), 0.05)`` (``transformer_cost(4096)`` and ring exchange);
 - ``memory``: most tokens on a GPU in a micro-batch over the cap (1.00 or less: respected);
-- ``misaligned``: samples not on an aligned block of a size Megatron builds groups for;
+- ``misaligned``: samples not on an aligned block of a size Megatron builds groups for
+  (``tests/naive_cp.megatron_group_sizes``, its rule replayed: at ``G = 12``, 1, 2, 4 and 12);
 - ``micro-batches`` (and the most allowed, ``⌈Σ l / (G · cap)⌉ + 1``), ``plan``: planning time.
+
+With ``--exchange e`` the figures are under ``(a, b, e)`` instead (a held-out cost: packlib
+plans with its default unless told), and packlib runs twice: with its default cost, and
+with that cost passed in (``cost=``).
 
 The machine is shared and loaded: times are indicative.
 """
@@ -50,6 +57,8 @@ from packlib.formats.megatron_cp import DynamicCPScheduler  # noqa: E402
 from tests import naive_cp  # noqa: E402
 
 COST = (1.0, 1.0 / (12 * 4096), 0.05)
+#: The cost the figures are computed under (``--exchange`` changes its exchange term).
+EVAL_COST = COST
 CONFIGS = [(8, 2), (16, 4), (8, 8)]
 CAPS = [8192, 16384]
 WORKLOADS = {"long-tail": naive_cp.long_tail_step, "SFT mix": naive_cp.sft_mix_step}
@@ -104,8 +113,8 @@ def _load(name, path):
     return module
 
 
-def packlib_factory(cap, cp, dp):
-    return DynamicCPScheduler(cap, cp, dp, None, cost=COST).get_groups_and_subsamples
+def packlib_factory(cap, cp, dp, cost=COST):
+    return DynamicCPScheduler(cap, cp, dp, None, cost=cost).get_groups_and_subsamples
 
 
 def packlib_fewest_factory(cap, cp, dp):
@@ -118,16 +127,16 @@ def packlib_fewest_factory(cap, cp, dp):
 
 
 def measure(factory, lengths, cap, cp, dp):
-    """One scheduler on one step: its figures (see the module docstring)."""
+    """One scheduler on one step: its figures (see the module docstring), under :data:`EVAL_COST`."""
     G = cp * dp
     pairs = list(enumerate(lengths.tolist()))
     t0 = time.perf_counter()
     groups = factory(cap, cp, dp)(pairs)
     seconds = time.perf_counter() - t0
-    sizes = set(allowed_sizes(G, 1).tolist())
-    ev = naive_cp.evaluate(groups, lengths, cap, COST, sizes)
+    sizes = set(naive_cp.megatron_group_sizes(G))
+    ev = naive_cp.evaluate(groups, lengths, cap, EVAL_COST, sizes)
     quad = naive_cp.evaluate(groups, lengths, cap, (0.0, 1.0, 0.0))["path"]
-    _, bound = lower_bounds(lengths, cap, allowed_sizes(G, 1), COST)
+    _, bound = lower_bounds(lengths, cap, allowed_sizes(G, 1), EVAL_COST)
     assert sorted(set(ev["ids"])) == list(range(lengths.size)), "a scheduler lost or invented a sample"
     return {"balance": float((lengths.astype(float) ** 2).sum()) / G / quad, "efficiency": bound / ev["path"],
             "memory": ev["memory"], "misaligned": ev["misaligned"], "micro_batches": ev["micro_batches"],
@@ -143,7 +152,13 @@ def table(schedulers, steps, configs, caps):
         for cap in caps:
             for wname, wl in WORKLOADS.items():
                 for sname, factory in schedulers.items():
-                    rows = [measure(factory, wl(dp * cp, cap, seed), cap, cp, dp) for seed in range(steps)]
+                    try:
+                        rows = [measure(factory, wl(dp * cp, cap, seed), cap, cp, dp) for seed in range(steps)]
+                    except Exception as exc:  # a scheduler that cannot lay out the step: say so, go on
+                        first = (str(exc).strip().splitlines() or [""])[0][:80]
+                        print(f"| {dp}×{cp} | {cap // 1024}k | {wname} | {sname} | fails: {type(exc).__name__} "
+                              f"{first} | | | | | |", flush=True)
+                        continue
                     print(_row(f"{dp}×{cp}", cap, wname, sname, rows), flush=True)
 
 
@@ -180,18 +195,27 @@ def main(argv=None):
     p.add_argument("--simulate", action="store_true", help="also G = 256, 512, 1,024 (packlib; Megatron's "
                    "dynamic scheduler at 256 only: it takes seconds to minutes a step beyond)")
     p.add_argument("--quick", action="store_true", help="packlib only, 2 steps at dp×cp = 4×2 (a smoke test)")
+    p.add_argument("--configs", nargs="*", metavar="DPxCP", help="dp×cp sizes, e.g. 3x2 6x2 (default 8x2 16x4 8x8)")
+    p.add_argument("--exchange", type=float, help="evaluate under (1, 1/(12·4096), e) instead; packlib also "
+                   "runs with that cost passed in")
     p.add_argument("--fewest", action="store_true", help="packlib only: its default beside it held to the fewest "
                    "micro-batches, ⌈Σ l / (G · cap)⌉")
     args = p.parse_args(argv)
+    global EVAL_COST
+    configs = CONFIGS if not args.configs else [tuple(int(v) for v in c.lower().split("x")) for c in args.configs]
     ours = {"packlib (DynamicCPScheduler)": packlib_factory}
+    if args.exchange is not None:
+        EVAL_COST = (COST[0], COST[1], args.exchange)
+        ours = {"packlib, default cost": packlib_factory,
+                "packlib, cost passed in": lambda cap, cp, dp: packlib_factory(cap, cp, dp, EVAL_COST)}
     if args.quick:
         table(ours, 2, [(4, 2)], [8192])
         return
     if args.fewest:
-        table({**ours, "packlib, fewest micro-batches": packlib_fewest_factory}, args.steps, CONFIGS[:2], CAPS)
+        table({**ours, "packlib, fewest micro-batches": packlib_fewest_factory}, args.steps, configs[:2], CAPS)
         return
     schedulers = {**ours, **load_megatron(args.megatron_src)}
-    table(schedulers, args.steps, CONFIGS, CAPS)
+    table(schedulers, args.steps, configs, CAPS)
     if args.simulate:
         simulate(ours, max(2, args.steps // 4), [256, 512, 1024], 16384)
         dyn = {k: v for k, v in schedulers.items() if "dynamic" in k}

@@ -1,24 +1,32 @@
 """Benchmark: ``nnls_pack`` and ``compare()`` from L = 512 to 131,072 tokens.
 
     python benchmarks/bench_nnls_long.py                      # the table of docs/guide.md
+    python benchmarks/bench_nnls_long.py --repeat 3           # each time the least of 3 runs
+    python benchmarks/bench_nnls_long.py --repeat 3 --no-exact  # nnls_pack alone (the exact recipe takes minutes)
+    python benchmarks/bench_nnls_long.py --optimal            # + optimal_pack's gap and time
     python benchmarks/bench_nnls_long.py --reference          # + the enumerating recipe at L = 512
-    python benchmarks/bench_nnls_long.py --compare            # + compare(h, L) with its defaults at 4k, 32k
+    python benchmarks/bench_nnls_long.py --compare            # + compare(h, L) with its defaults at 2k, 8k, 32k
     python benchmarks/bench_nnls_long.py --lengths 512 4096 --n 20000   # a quick run
     python benchmarks/bench_nnls_long.py --solves --lengths 1024 2048  # the time of each NNLS solve
 
 Input at every ``L``: ``n`` = 200,000 lognormal lengths with median ``L / 4`` and sigma 0.9
 (``numpy.random.default_rng(0).lognormal(log(L / 4), 0.9, n)``), rounded and clipped to
 ``[1, L]``: the same shape at every ``L``, so the lower bound barely moves and the columns
-compare the packers, not the data. Up to ``L = 2048`` ``nnls_pack`` solves on the lengths
-themselves; above, on at most 768 length classes. Each row gives packs, the gap to
-``packlib.lower_bound``, wall time (one steady-state run: the machine is shared, so times
-are upper bounds) and the peak resident memory above the start of the call.
+compare the packers, not the data. Up to ``L = 768`` ``nnls_pack`` solves on the lengths
+themselves; above, on at most 768 length classes (``plan.info["length_class"]``: the class
+width). One row per ``L`` and depth: packs, against the exact recipe (``exact=True``, on the
+lengths, where it runs: up to ``L = 2048``; one run, its time beside), the gap to
+``packlib.lower_bound``, wall time and CPU time (each the least of ``--repeat`` steady-state
+runs: the machine is shared, so wall times are upper bounds and grow with its load; the CPU
+time, the process's, the memory sampler's thread included, is what a quiet machine's wall
+time would be, about) and the peak resident memory above the start of the call.
 """
 from __future__ import annotations
 
 import argparse
 import pathlib
 import sys
+import time
 
 import numpy as np
 
@@ -41,6 +49,14 @@ def measured(fn):
     return out, m.seconds, m.peak / 2**20
 
 
+def measured_cpu(fn):
+    """``measured``, and the CPU seconds of the call (this process): on a loaded machine its
+    wall time grows with the load, its CPU time much less."""
+    cpu = time.process_time()
+    out, seconds, mib = measured(fn)
+    return out, seconds, mib, time.process_time() - cpu
+
+
 def gap(packs, bound):
     return f"{packs - bound:,} ({100 * (packs - bound) / bound:.3f} %)"
 
@@ -53,7 +69,8 @@ def reference_rows(L: int, n: int):
     h = lognormal_histogram(L, n)
     packs, seconds, mib = measured(lambda: reference_nnlshp(h.astype(float), L, 3))
     bound = packlib.lower_bound(h, L, 3).bound
-    return f"| {L:,} | 3 | enumerating recipe + scipy NNLS | {packs:,} | {gap(packs, bound)} | {fmt(seconds)} | {mib:,.0f} MiB |"
+    return (f"| {L:,} | 3 | the enumerating recipe + scipy NNLS | {packs:,} | — | {gap(packs, bound)} | {fmt(seconds)} "
+            f"| {mib:,.0f} MiB |")
 
 
 def solve_rows(L: int, n: int):
@@ -71,14 +88,43 @@ def solve_rows(L: int, n: int):
         k += 1
 
 
+def rows(L: int, n: int, depths=(2, 3, None), repeat: int = 1, optimal: bool = False, exact: bool = True):
+    """The table's rows at capacity ``L``: one per depth (see the module docstring)."""
+    from packlib._nnls_limits import MAX_NNLS_LENGTH
+
+    h = lognormal_histogram(L, n)
+    for depth in depths:
+        bound = packlib.lower_bound(h, L, depth).bound
+        runs = [measured_cpu(lambda: packlib.nnls_pack(h, L, depth)) for _ in range(max(1, repeat))]
+        plan, mib = runs[0][0], max(r[2] for r in runs)
+        seconds, cpu = min(r[1] for r in runs), min(r[3] for r in runs)
+        against = "—"
+        if exact and L <= MAX_NNLS_LENGTH:
+            recipe, exact_seconds, _, exact_cpu = measured_cpu(lambda: packlib.nnls_pack(h, L, depth, exact=True))
+            diff = plan.num_packs - recipe.num_packs
+            against = f"{diff:+,} ({100 * diff / recipe.num_packs:+.3f} %), exact {fmt(exact_seconds)} ({fmt(exact_cpu)})"
+        row = (f"| {L:,} | {depth or 'unlimited'} | {plan.info['length_class']} | {plan.num_packs:,} | {against} | "
+               f"{gap(plan.num_packs, bound)} | {fmt(seconds)} ({fmt(cpu)}) | {mib:,.0f} MiB |")
+        if optimal:
+            best, opt_seconds, _ = measured(lambda: packlib.optimal_pack(h, L, depth))
+            row += f" {best.num_packs - bound:,} | {fmt(opt_seconds)} |"
+        yield row
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--lengths", type=int, nargs="*", default=[512, 1024, 2048, 4096, 8192, 32768, 131072])
+    ap.add_argument("--lengths", type=int, nargs="*",
+                    default=[512, 768, 1024, 1536, 2048, 4096, 8192, 16384, 32768, 65536, 131072])
+    ap.add_argument("--depths", nargs="*", default=["2", "3", "unlimited"], help="depth limits ('unlimited': None)")
     ap.add_argument("--n", type=int, default=200_000, help="sequences per histogram")
+    ap.add_argument("--repeat", type=int, default=1, help="time nnls_pack this many times, report the least")
+    ap.add_argument("--no-exact", action="store_true", help="leave out the exact recipe (minutes up to 2,048)")
+    ap.add_argument("--optimal", action="store_true", help="also optimal_pack's gap to the bound and its time")
     ap.add_argument("--reference", action="store_true", help="also the enumerating recipe at L = 512")
-    ap.add_argument("--compare", action="store_true", help="also compare(h, L) with its defaults at 4k and 32k")
+    ap.add_argument("--compare", action="store_true", help="also compare(h, L) with its defaults at 2k, 8k and 32k")
     ap.add_argument("--solves", action="store_true", help="only the time of each NNLS solve (depth 3)")
     args = ap.parse_args()
+    depths = [None if d == "unlimited" else int(d) for d in args.depths]
     packlib.warmup()
     if args.solves:
         print("| L | solve | its time | time of the solves so far |")
@@ -87,22 +133,19 @@ def main():
             for row in solve_rows(L, args.n):
                 print(row, flush=True)
         return
-    print("| L | depth | method | packs | gap to lower bound | time | peak memory |")
-    print("|---:|---|---|---:|---:|---:|---:|")
+    extra = " `optimal_pack` gap | time |" if args.optimal else ""
+    print("| L | depth | class width | `nnls_pack` packs | against the exact recipe (its time) | gap to lower bound "
+          "| time (CPU) | peak memory |" + extra)
+    print("|---:|---|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if args.optimal else ""))
     if args.reference:
         print(reference_rows(512, args.n), flush=True)
     for L in args.lengths:
-        h = lognormal_histogram(L, args.n)
-        for depth in (3, None):
-            bound = packlib.lower_bound(h, L, depth).bound
-            for name, pack in (("nnls_pack", packlib.nnls_pack), ("optimal_pack", packlib.optimal_pack)):
-                plan, seconds, mib = measured(lambda: pack(h, L, depth))
-                print(f"| {L:,} | {depth or 'unlimited'} | {name} | {plan.num_packs:,} | {gap(plan.num_packs, bound)} | "
-                      f"{fmt(seconds)} | {mib:,.0f} MiB |", flush=True)
+        for row in rows(L, args.n, depths, args.repeat, args.optimal, not args.no_exact):
+            print(row, flush=True)
     if args.compare:
         print("\n| L | compare(h, L) with its defaults: rows | refused | wall time |")
         print("|---:|---:|---:|---:|")
-        for L in (4096, 32768):
+        for L in (2048, 8192, 32768):
             h = lognormal_histogram(L, args.n)
             table, seconds, _ = measured(lambda: packlib.compare(h, L, progress=False))
             refused = sum(r.packs is None for r in table)

@@ -328,13 +328,13 @@ LP_WARMUPS = (
 
 def warm_method(name: str, depth: int | None, L: int | None = None) -> None:
     """Compile (or load) the kernels histogram method ``name`` runs at ``depth`` (and at
-    capacity ``L``: NNLSHP's long-context kernels above its exact range)."""
-    from ._nnls_limits import nnls_fits
+    capacity ``L``: NNLSHP's length-class kernels where it runs on classes)."""
+    from ._nnls_limits import length_classes
 
     method = _registry.get(name, kind="histogram")
     tiny = np.asarray(WARMUP_HISTOGRAM, dtype=np.int64)
     method._run(tiny, tiny.size, depth)
-    if name == "nnls" and L is not None and not nnls_fits(L):
+    if name == "nnls" and L is not None and length_classes(L)[0] > 1:
         two = np.zeros(L, np.int64)
         two[[0, L - 1]] = 1
         method._run(two, L, depth)

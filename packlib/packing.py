@@ -189,6 +189,7 @@ def nnls_pack(
     max_iterations: int = 20,
     short_length_cutoff: int = 8,
     repair: bool = True,
+    exact: bool = False,
 ) -> PackingPlan:
     """Non-negative least-squares histogram packing (NNLSHP; Krell et al., 2021).
 
@@ -213,12 +214,16 @@ def nnls_pack(
       under-filled are repacked by LPFHP when that takes fewer packs (on Wikipedia at
       depth 3: 8,144,341 packs instead of 8,152,494). ``repair=False`` gives the recipe's
       plan as is;
-    - above ``max_sequence_length = 2048`` (where the exact solver's cost grows as
-      ``L**3``) the recipe runs on at most 768 length classes of ``q = ceil(L / 768)``
-      tokens (a class's sequences fill its slots, so every pack fits ``L``): its time and
-      memory are those of ``L = 768`` at every ``L`` (the repair, which then runs on the
-      classes and again on the lengths, aside), the short-length cutoff counts classes,
-      and ``plan.info["length_class"]`` is ``q``.
+    - above ``max_sequence_length = 768`` (the exact solver's cost grows as ``L**3``)
+      the recipe runs on at most 768 length classes of
+      ``q`` tokens, ``q`` from ``ceil(L / 768)`` to twice that, the width that leaves the
+      fewest tokens of a pack unused (a class's sequences fill its slots, so every pack fits
+      ``L``): its time and memory are at most those of ``L = 768`` at every ``L`` (the repair,
+      which then runs on the classes and again on the lengths, aside), the short-length
+      cutoff counts classes, and ``plan.info["length_class"]`` is ``q``. The plan is then
+      within a tenth of a percent of the recipe's; ``exact=True`` gives the recipe's own
+      plan, on the lengths, up to ``L = 2048``, at the cost of the ``L**3`` solve
+      (docs/guide.md, "How NNLSHP scales with the max length", measures both).
 
     Parameters
     ----------
@@ -231,12 +236,17 @@ def nnls_pack(
         How many of the shortest lengths get the low residual weight.
     repair : bool, default True
         Repack under-filled packs (see above).
+    exact : bool, default False
+        Run the recipe on the lengths themselves at every ``L`` up to 2048 (``ValueError``
+        above), not on length classes above 768: the recipe's own plan, up to 0.1 % fewer
+        packs, for a solve whose time grows as ``L**3`` (see above).
 
     Returns
     -------
     PackingPlan
-        ``plan.info["iterations"]`` is the number of NNLS solves (``"length_class"``: the
-        class width ``q`` above ``L = 2048``).
+        ``plan.info["iterations"]`` is the number of NNLS solves, ``"length_class"`` the
+        class width ``q`` (1: the lengths themselves) and ``"exact"`` whether the recipe
+        ran on the lengths (``q == 1``).
 
     See Also
     --------
@@ -250,18 +260,26 @@ def nnls_pack(
        Performance", arXiv:2107.02027, 2021.
     """
     h, L, depth = _histogram_args(histogram, max_sequence_length, max_sequences_per_pack)
+    exact = as_bool(exact, "exact")
+    if exact:
+        from ._nnls_limits import MAX_NNLS_LENGTH
+
+        if L > MAX_NNLS_LENGTH:
+            raise ValueError(f"exact=True runs the recipe on the lengths themselves only up to max_sequence_length = "
+                             f"{MAX_NNLS_LENGTH:,} (its time grows as L**3), "
+                             f"got {L:,}; leave exact=False (length classes), or use optimal_pack for the fewest packs")
     return _nnls(h, L, depth, max_iterations=as_positive_int(max_iterations, "max_iterations", maximum=10**6),
                  short_length_cutoff=as_nonnegative_int(short_length_cutoff, "short_length_cutoff"),
-                 repair=as_bool(repair, "repair"))
+                 repair=as_bool(repair, "repair"), exact=exact)
 
 
 def _nnls(h: np.ndarray, L: int, depth: int | None, *, max_iterations: int = 20, short_length_cutoff: int = 8,
-          repair: bool = True) -> PackingPlan:
+          repair: bool = True, exact: bool = False) -> PackingPlan:
     """:func:`nnls_pack` of arguments already checked (``_histogram_args`` and the options)."""
     from ._kernels.nnls import nnls_histogram_pack, repack_underfilled
     from ._nnls_limits import length_classes
 
-    q, G = length_classes(L)
+    q, G = length_classes(L, exact)
     # above the exact range the recipe runs on G length classes of q tokens (docs/design.md)
     hc = h if q == 1 else np.add.reduceat(h, np.arange(G, dtype=np.int64) * q)
     cutoff = min(short_length_cutoff, G)
@@ -277,7 +295,7 @@ def _nnls(h: np.ndarray, L: int, depth: int | None, *, max_iterations: int = 20,
         strategies, counts = classes_to_lengths(strategies, counts, h, q, G)
         if repair:  # again on the lengths: the room the classes rounded up is free there
             strategies, counts = repack_underfilled(strategies, counts, L, L if depth is None else depth)
-    info = {"iterations": int(iterations)} if q == 1 else {"iterations": int(iterations), "length_class": q}
+    info = {"iterations": int(iterations), "length_class": q, "exact": q == 1}
     return _plan_from_kernel(strategies, counts, L, depth, "nnls", **info)
 
 

@@ -32,14 +32,29 @@ def sft_mix_step(world_size, cap, seed=0, max_length=131072):
     return np.array(out, np.int64)
 
 
-def check_layout(groups, sample_id_seqlens, cap, world_size, min_cp_size=1, max_num_seqs=None):
+def megatron_group_sizes(dp_cp_size, min_cp_size=1):
+    """The dynamic CP group sizes Megatron-LM builds, replayed from its source (dev branch,
+    ``megatron/core/parallel_state.py``, ``initialize_model_parallel`` with
+    ``dynamic_context_parallel``): ``create_dynamic_dp_cp_groups`` makes a group of every
+    size ``2**i`` for ``i in range(int(log2(len(ranks))))`` with ``2**i >= min_cp_size``,
+    over the ``dp × cp`` ranks in consecutive blocks, and ``get_dynamic_data_context_parallel_groups``
+    answers the full size with the data-parallel-with-CP group. Any other size is a
+    ``KeyError`` there."""
+    sizes = [2**i for i in range(int(math.log2(dp_cp_size))) if 2**i >= min_cp_size]
+    if dp_cp_size not in sizes:
+        sizes.append(dp_cp_size)
+    return sizes
+
+
+def check_layout(groups, sample_id_seqlens, cap, world_size, min_cp_size=1, max_num_seqs=None, padding_sequence=False):
     """Raise AssertionError unless ``groups`` is a valid Megatron dynamic-CP layout: every
     id once, every GPU some ids in every micro-batch, each sequence on an aligned block of a
-    Megatron group size whose GPUs hold the same ids, tokens per GPU within ``cap``.
-    Returns ``(cp, micro_batch, first_rank)`` dicts by sample id."""
+    group size Megatron builds whose GPUs hold the same ids, tokens per GPU within ``cap``,
+    at most ``max_num_seqs`` sequences a GPU (one of them Megatron's padding sequence with
+    ``padding_sequence``). Returns ``(cp, micro_batch, first_rank)`` dicts by sample id."""
     length = dict(sample_id_seqlens)
     assert len(length) == len(sample_id_seqlens), "duplicate ids in the input"
-    sizes = [1 << k for k in range(world_size.bit_length()) if min_cp_size <= (1 << k) < world_size] + [world_size]
+    sizes = megatron_group_sizes(world_size, min_cp_size)
     cp, mbs, firsts = {}, {}, {}
     for m, mb in enumerate(groups):
         assert len(mb) == world_size, f"micro-batch {m} has {len(mb)} lists, not {world_size}"
@@ -56,7 +71,8 @@ def check_layout(groups, sample_id_seqlens, cap, world_size, min_cp_size=1, max_
                 assert sorted(mb[q]) == sorted(ids), f"micro-batch {m}: GPUs of one group hold different ids"
             assert sum(length[i] for i in ids) <= c * cap, f"micro-batch {m}: GPUs {r}.. hold over {cap} tokens each"
             if max_num_seqs is not None:
-                assert len(ids) <= max_num_seqs
+                assert len(ids) + bool(padding_sequence) <= max_num_seqs, \
+                    f"micro-batch {m}: GPU {r} holds {len(ids)} sequences (and the padding one: {padding_sequence})"
             for i in ids:
                 assert i not in cp, f"id {i} appears twice"
                 cp[i], mbs[i], firsts[i] = c, m, r

@@ -33,3 +33,18 @@ def test_the_input_is_the_documented_histogram(bench):
     x = np.random.default_rng(3).lognormal(np.log(128), 0.9, 1_000)
     assert h.sum() == 1_000
     assert np.array_equal(h, packlib.histogram(np.clip(np.rint(x), 1, 512).astype(np.int64), 512))
+
+
+def test_a_row_per_depth_with_the_exact_recipe_where_it_runs(bench):
+    """Each row: the fast plan's packs, its difference from the exact recipe's (up to
+    L = 2048, none above), the gap to the lower bound."""
+    h = bench.lognormal_histogram(800, 2_000)
+    rows = list(bench.rows(800, 2_000, depths=(3, None)))
+    assert [r.split("|")[2].strip() for r in rows] == ["3", "unlimited"]
+    for row, depth in zip(rows, (3, None)):
+        cells = [c.strip() for c in row.split("|")[1:-1]]
+        fast, exact = packlib.nnls_pack(h, 800, depth), packlib.nnls_pack(h, 800, depth, exact=True)
+        assert cells[2] == "2" and cells[3] == f"{fast.num_packs:,}"
+        assert cells[4].startswith(f"{fast.num_packs - exact.num_packs:+,} (")
+        assert cells[5].startswith(f"{fast.num_packs - packlib.lower_bound(h, 800, depth).bound:,} (")
+    assert "| — |" in next(bench.rows(4096, 300, depths=(3,)))

@@ -23,7 +23,7 @@ def _pairs(lengths):
 
 @st.composite
 def steps(draw):
-    G = draw(st.sampled_from([1, 2, 4, 6, 8, 16]))
+    G = draw(st.sampled_from([1, 2, 4, 6, 8, 12, 16, 24]))
     cap = draw(st.sampled_from([64, 100, 256]))
     n = draw(st.integers(1, 60))
     long_share = draw(st.sampled_from([0.0, 0.1, 0.5]))
@@ -32,7 +32,7 @@ def steps(draw):
     short = rng.integers(1, cap + 1, n)
     long = rng.integers(1, G * cap + 1, n)
     lengths = np.where(rng.random(n) < long_share, long, short)
-    min_cp = draw(st.sampled_from([m for m in (1, 2, 4) if m <= G]))
+    min_cp = draw(st.sampled_from(naive_cp.megatron_group_sizes(G)[:3]))
     depth = draw(st.sampled_from([None, None, 3]))
     return lengths, cap, G, min_cp, depth, seed
 
@@ -94,7 +94,7 @@ def test_known_small_answers():
 
 def test_lower_bounds_by_hand():
     sizes = allowed_sizes(4, 1)
-    assert sizes.tolist() == [1, 2, 4] and allowed_sizes(6, 1).tolist() == [1, 2, 4, 6]
+    assert sizes.tolist() == [1, 2, 4] and allowed_sizes(6, 1).tolist() == [1, 2, 6]
     assert allowed_sizes(8, 4).tolist() == [4, 8]
     # attention only: sum l^2 / G, and the longest sequence alone on all GPUs
     simple, tight = lower_bounds(np.array([4, 2, 2]), 4, sizes, (0.0, 1.0, 0.0))
@@ -166,8 +166,15 @@ def test_bad_input_names_the_value():
         plan_cp_step([10, 2.5], 100, world_size=2)
     with pytest.raises(ValueError, match="lengths must be >= 1, got 0"):
         plan_cp_step([10, 0], 100, world_size=2)
-    with pytest.raises(ValueError, match="min_cp_size = 3 must be a power of two"):
+    with pytest.raises(ValueError, match=r"min_cp_size = 3 is not a CP size Megatron builds at world_size = 8 "
+                                         r"\(.*\[1, 2, 4, 8\]\)"):
         plan_cp_step([10], 100, world_size=8, min_cp_size=3)
+    with pytest.raises(ValueError, match=r"min_cp_size = 4 is not a CP size Megatron builds at world_size = 6 .*\[1, 2, 6\]"):
+        plan_cp_step([10], 100, world_size=6, min_cp_size=4)
+    with pytest.raises(ValueError, match=r"min_cp_size = 16 > dp_size \* cp_size = 12.*\[1, 2, 4, 12\]"):
+        DynamicCPScheduler(100, 3, 4, None, min_cp_size=16)
+    with pytest.raises(ValueError, match=r"min_cp_size = 8 is not a CP size Megatron builds at dp_size \* cp_size = 12"):
+        DynamicCPScheduler(100, 3, 4, None, min_cp_size=8)
     with pytest.raises(ValueError, match="micro_batches = 1 cannot hold"):
         plan_cp_step([100, 100, 100], 100, world_size=2, micro_batches=1)
     with pytest.raises(ValueError, match="cost"):
@@ -273,3 +280,86 @@ def test_layout_matches_the_installed_megatron_core():
         return sorted(set(i for mb in groups for lst in mb for i in lst))
 
     assert ids(ours) == ids(theirs) == list(range(lengths.size))
+
+
+def test_the_group_sizes_are_megatrons():
+    """packlib's CP sizes are exactly the groups Megatron-LM builds (its rule replayed in
+    tests/naive_cp.py from its source), for every dp × cp and every min_cp_size it accepts."""
+    for G in range(1, 130):
+        for min_cp in naive_cp.megatron_group_sizes(G):
+            assert allowed_sizes(G, min_cp).tolist() == naive_cp.megatron_group_sizes(G, min_cp), (G, min_cp)
+    assert naive_cp.megatron_group_sizes(12) == [1, 2, 4, 12] and naive_cp.megatron_group_sizes(48) == [1, 2, 4, 8, 16, 48]
+
+
+@pytest.mark.parametrize("dp, cp", [(3, 2), (6, 2), (3, 8), (12, 4)])  # G = 6, 12, 24, 48
+def test_every_size_is_one_megatron_builds(dp, cp):
+    """Steps whose long sequences a power of two between 2**floor(log2 G) / 2 and G would
+    hold (4 at G = 6, 8 at 12, 16 at 24, 32 at 48) go on sizes Megatron has groups for."""
+    G, cap = dp * cp, 1024
+    top = 1 << (G.bit_length() - 1)
+    rng = np.random.default_rng(G)
+    lengths = np.concatenate([rng.integers(100, 1000, 6 * G), rng.integers(top // 2 * cap + 1, top * cap, 3)])
+    pairs = list(enumerate(lengths.tolist()))
+    sched = DynamicCPScheduler(cap, cp, dp, None, max_num_seqs=6, cost=COST)
+    groups = sched.get_groups_and_subsamples(pairs)
+    cps, _, _ = naive_cp.check_layout(groups, pairs, cap, G, max_num_seqs=6, padding_sequence=True)
+    assert set(cps.values()) <= set(naive_cp.megatron_group_sizes(G)) and G in cps.values()
+    assert sched.last_step.efficiency > 0.85
+
+
+def test_max_num_seqs_counts_megatrons_padding_sequence():
+    lengths = np.concatenate([np.random.default_rng(4).integers(50, 400, 120), [20_000, 9_000]])
+    pairs = _pairs(lengths)
+    counts = {}
+    for padding in (True, False):
+        sched = DynamicCPScheduler(4096, 2, 4, None, max_num_seqs=3, padding_sequence=padding, cost=COST)
+        groups = sched.get_groups_and_subsamples(pairs)
+        naive_cp.check_layout(groups, pairs, 4096, 8, max_num_seqs=3, padding_sequence=padding)
+        counts[padding] = max(len(lst) for mb in groups for lst in mb)
+    assert counts == {True: 2, False: 3}  # the limit binds either way
+    with pytest.raises(ValueError, match="max_num_seqs = 1 leaves no room for a real sequence beside the padding"):
+        DynamicCPScheduler(4096, 2, 4, None, max_num_seqs=1).get_groups_and_subsamples(pairs)
+    assert DynamicCPScheduler(4096, 2, 4, None, max_num_seqs=None).get_groups_and_subsamples(pairs)
+
+
+def _fake_data_schedule(monkeypatch, **names):
+    fake = types.ModuleType("megatron.core.datasets.data_schedule")
+    for key, value in names.items():
+        setattr(fake, key, value)
+    for name in ("megatron", "megatron.core", "megatron.core.datasets"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "megatron.core.datasets.data_schedule", fake)
+    monkeypatch.setattr(sys.modules["megatron.core.datasets"], "data_schedule", fake, raising=False)
+    return fake
+
+
+@pytest.mark.parametrize("config, padding", [(None, True), (types.SimpleNamespace(pad_packed_seq_alignment=None), False),
+                                             (types.SimpleNamespace(pad_packed_seq_alignment=64), True),
+                                             (types.SimpleNamespace(pad_packed_seq_alignment=64,
+                                                                    thd_tail_padding_policy="extend_last"), False)])
+def test_run_reads_the_padding_sequence_from_megatrons_config(monkeypatch, config, padding):
+    class FakeDpBalanced:
+        def run(self, *args):
+            return self.get_groups_and_subsamples([(k, 10) for k in range(12)])
+
+    _fake_data_schedule(monkeypatch, DpBalancedScheduler=FakeDpBalanced)
+    groups = DynamicCPScheduler(64, 1, 2, None, max_num_seqs=3).run(None, 4, None, None, None, None, "cpu", config)
+    assert max(len(lst) for mb in groups for lst in mb) == 3 - padding
+
+
+def test_register_refuses_a_megatron_without_dynamic_cp(monkeypatch):
+    """megatron-core 0.16 has data_schedule but no scheduler_map; Megatron-LM's main branch
+    one keyed by an enum, without dynamic CP: both refused, naming the Megatron-LM needed."""
+    for names in ({}, {"scheduler_map": {"DP_BALANCED": object}}):
+        _fake_data_schedule(monkeypatch, **names)
+        with pytest.raises(ImportError, match="dev branch from commit 2d6e946b"):
+            register()
+
+
+def test_register_refuses_the_installed_megatron_core_wheel():
+    pytest.importorskip("torch", reason="megatron-core needs torch")
+    schedule = pytest.importorskip("megatron.core.datasets.data_schedule", reason="megatron-core is not installed")
+    if "default_dynamic_cp" in getattr(schedule, "scheduler_map", {}):
+        pytest.skip("the installed Megatron has dynamic CP")
+    with pytest.raises(ImportError, match=r"megatron.core \(.*\) has no scheduler_map: install Megatron-LM's dev"):
+        register()

@@ -1,4 +1,5 @@
-"""nnls_pack above L = 2048 (the recipe on length classes) and compare() with refusals."""
+"""nnls_pack above L = 768 (the recipe on length classes), exact=True (on the lengths, up to
+2048), and compare() with refusals."""
 from collections import Counter
 
 import numpy as np
@@ -7,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import packlib
-from packlib._nnls_limits import MAX_NNLS_LENGTH, length_classes
+from packlib._nnls_limits import FAST_NNLS_LENGTH, MAX_NNLS_LENGTH, length_classes
 
 from . import naive, naive_nnls_long
 
@@ -24,13 +25,48 @@ def check_plan(plan, h, depth):
 
 
 def test_length_classes():
-    assert length_classes(MAX_NNLS_LENGTH) == (1, MAX_NNLS_LENGTH)
-    assert length_classes(MAX_NNLS_LENGTH + 1) == (3, 683)
-    assert length_classes(131072) == (171, 766) and length_classes(4097) == (6, 682)
+    assert length_classes(FAST_NNLS_LENGTH) == (1, FAST_NNLS_LENGTH) and length_classes(769) == (2, 384)
+    assert length_classes(1024) == (2, 512) and length_classes(1800) == (3, 600)
+    assert length_classes(MAX_NNLS_LENGTH, exact=True) == (1, MAX_NNLS_LENGTH)
+    # the width from ceil(L / 768) to twice it losing the fewest tokens: (L mod q) + (q - 1) / 2
+    assert length_classes(MAX_NNLS_LENGTH) == (4, 512) and length_classes(MAX_NNLS_LENGTH + 1) == (3, 683)
+    assert length_classes(131072) == (172, 762) and length_classes(4097) == (8, 512)
+    for L in range(769, 20000, 7):
+        q, G = length_classes(L)
+        q0 = -(-L // 768)
+        assert G == L // q <= 768 and q0 <= q <= 2 * q0
+        assert all(2 * (L % q) + q <= 2 * (L % w) + w for w in range(q0, 2 * q0 + 1))
 
 
-def test_exact_range_keeps_its_plan_info():
-    assert "length_class" not in packlib.nnls_pack(lognormal_histogram(64, 300)).info
+def test_plan_info_says_which_ran():
+    assert packlib.nnls_pack(lognormal_histogram(64, 300)).info == {"iterations": 1, "length_class": 1, "exact": True}
+    h = lognormal_histogram(1000, 400, seed=2)
+    fast, exact = packlib.nnls_pack(h), packlib.nnls_pack(h, exact=True)
+    assert (fast.info["length_class"], fast.info["exact"]) == (2, False)
+    assert (exact.info["length_class"], exact.info["exact"]) == (1, True)
+    check_plan(fast, h, 3), check_plan(exact, h, 3)
+
+
+def test_up_to_768_the_default_is_the_exact_recipe():
+    h = lognormal_histogram(FAST_NNLS_LENGTH, 2000, seed=5)
+    for depth in (2, None):
+        fast, exact = (packlib.nnls_pack(h, max_sequences_per_pack=depth, exact=e) for e in (False, True))
+        assert fast.info["exact"] and naive.plan_multiset(fast.strategies, fast.counts) == naive.plan_multiset(
+            exact.strategies, exact.counts)
+
+
+def test_exact_is_refused_above_its_range():
+    with pytest.raises(ValueError, match="exact=True runs the recipe on the lengths themselves only up to "
+                                         "max_sequence_length = 2,048 .* got 2,049; leave exact=False"):
+        packlib.nnls_pack([1, 2, 3], 2049, exact=True)
+    with pytest.raises(TypeError, match="exact must be True or False"):
+        packlib.nnls_pack([1, 2, 3], exact=1)
+
+
+def test_compare_runs_the_fast_path():
+    h = lognormal_histogram(1024, 300, seed=4)
+    table = packlib.compare(h, max_sequences_per_pack=3, methods=["nnls"], progress=False)
+    assert table[0].packs == packlib.nnls_pack(h).num_packs
 
 
 def test_lengths_on_the_class_grid_give_the_exact_plan_scaled():

@@ -27,10 +27,32 @@ def as_cp_cost(cost) -> tuple[float, float, float]:
 
 
 def allowed_sizes(world_size: int, min_cp_size: int) -> np.ndarray:
-    """The CP sizes Megatron builds groups for: powers of two from ``min_cp_size`` below
-    ``world_size``, and ``world_size`` itself (int64, ascending)."""
-    sizes = [1 << k for k in range(world_size.bit_length()) if min_cp_size <= (1 << k) < world_size]
+    """The CP sizes Megatron-LM builds groups for (``create_dynamic_dp_cp_groups`` in its
+    ``parallel_state.py``): the powers of two from ``min_cp_size`` below
+    ``2**floor(log2(world_size))``, and ``world_size`` itself (int64, ascending). Where
+    ``world_size`` is not a power of two, the largest power of two below it is not one of
+    them (``world_size = 12``: 1, 2, 4 and 12, never 8).
+
+    >>> allowed_sizes(12, 1).tolist(), allowed_sizes(16, 2).tolist()
+    ([1, 2, 4, 12], [2, 4, 8, 16])
+    """
+    top = 1 << (int(world_size).bit_length() - 1)  # 2**floor(log2(world_size))
+    sizes = [1 << k for k in range(top.bit_length()) if min_cp_size <= (1 << k) < top]
     return np.array(sizes + [world_size], dtype=np.int64)
+
+
+def check_min_cp_size(min_cp_size: int, world_size: int, name: str = "world_size") -> None:
+    """Refuse a ``min_cp_size`` Megatron builds no group for: above ``world_size`` (given
+    as ``name``), or not one of :func:`allowed_sizes` (its dynamic scheduler would ask for a
+    group of that size and find none)."""
+    sizes = allowed_sizes(world_size, 1).tolist()
+    if min_cp_size > world_size:
+        raise ValueError(f"min_cp_size = {min_cp_size} > {name} = {world_size}: no CP group is that large; "
+                         f"choose one of the sizes Megatron builds there, {sizes}")
+    if min_cp_size not in sizes:
+        raise ValueError(f"min_cp_size = {min_cp_size} is not a CP size Megatron builds at {name} = {world_size} "
+                         f"(the powers of two below {1 << (world_size.bit_length() - 1)} and {world_size} itself: "
+                         f"{sizes}); choose one of them")
 
 
 def seq_cost(lengths: np.ndarray, cp: np.ndarray, cost) -> np.ndarray:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._validate import as_bool, as_lengths, as_optional_int, as_positive_int, as_seed
-from ._cost import allowed_sizes, as_cp_cost, lower_bounds, min_sizes, seq_cost
+from ._cost import allowed_sizes, as_cp_cost, check_min_cp_size, lower_bounds, min_sizes, seq_cost
 from ._fill import cover, fill
 from ._step import CPStep
 
@@ -23,7 +23,8 @@ def plan_cp_step(lengths, max_sequence_length: int, max_sequences_per_pack: int 
 
     Every GPU holds at most ``max_sequence_length`` tokens (``Σ l / c`` over the sequences
     it shares) in each micro-batch. CP sizes are those Megatron builds groups for (powers
-    of two from ``min_cp_size`` below ``world_size``, and ``world_size``), on aligned
+    of two from ``min_cp_size`` below ``2**floor(log2(world_size))``, and ``world_size``:
+    :func:`~packlib.context_parallel.allowed_sizes`), on aligned
     blocks (ranks ``k·c .. k·c + c − 1``). The layout keeps the step's critical path
     (:meth:`CPStep.critical_path`) near its lower bound: sequences get the smallest CP size
     that holds them unless one alone would outlast the step's mean on it; long sequences
@@ -46,7 +47,7 @@ def plan_cp_step(lengths, max_sequence_length: int, max_sequences_per_pack: int 
     world_size : int
         GPUs in the step, ``dp_size * cp_size``.
     min_cp_size : int, default 1
-        The smallest CP size (a power of two, at most ``world_size``).
+        The smallest CP size: one Megatron builds (:func:`~packlib.context_parallel.allowed_sizes`).
     cost : tuple of float, optional
         ``(a, b)`` or ``(a, b, e)``: a sequence of ``l`` tokens on ``c`` GPUs costs each
         ``(a·l + b·l²) / c + e·l·(c − 1) / c`` (linear layers, attention, ring exchange).
@@ -77,7 +78,7 @@ def plan_cp_step(lengths, max_sequence_length: int, max_sequences_per_pack: int 
     ValueError
         A sequence longer than ``world_size * max_sequence_length``, a length that is not
         a positive whole number, a capacity, size or count that is not positive, a
-        ``min_cp_size`` that is not a power of two at most ``world_size``, or a
+        ``min_cp_size`` above ``world_size`` or not a size Megatron builds, or a
         ``micro_batches`` too few to hold the step.
 
     Examples
@@ -96,8 +97,7 @@ def plan_cp_step(lengths, max_sequence_length: int, max_sequences_per_pack: int 
     depth = as_optional_int(max_sequences_per_pack, "max_sequences_per_pack", minimum=1)
     G = as_positive_int(world_size, "world_size", maximum=MAX_WORLD_SIZE, hint="plan for fewer GPUs")
     min_cp = as_positive_int(min_cp_size, "min_cp_size")
-    if min_cp & (min_cp - 1) or min_cp > G:
-        raise ValueError(f"min_cp_size = {min_cp} must be a power of two at most world_size = {G}")
+    check_min_cp_size(min_cp, G)
     multiple = as_positive_int(micro_batch_multiple, "micro_batch_multiple")
     micro_batches = as_optional_int(micro_batches, "micro_batches", minimum=1)
     seed = as_seed(seed)

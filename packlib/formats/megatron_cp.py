@@ -22,10 +22,16 @@ from __future__ import annotations
 import numpy as np
 
 from .._validate import as_bool, as_int_array, as_lengths, as_optional_int, as_positive_int, as_seed
-from ..context_parallel._cost import as_cp_cost
+from ..context_parallel._cost import as_cp_cost, check_min_cp_size
 from ..context_parallel._planner import MAX_WORLD_SIZE, _plan
 
 __all__ = ["DynamicCPScheduler", "register"]
+
+#: The first Megatron-LM with the registry :func:`register` writes to and dynamic context
+#: parallelism in it: the dev branch from commit 2d6e946b (2026-04-07, "Dynamic CP (part 2)");
+#: checked end to end on commit d48bd6be. No megatron-core wheel up to 0.16 has it.
+NEEDS_MEGATRON = ("Megatron-LM's dev branch from commit 2d6e946b (2026-04-07) on (checked on d48bd6be), whose "
+                  "megatron/core/datasets/data_schedule.py has scheduler_map with 'default_dynamic_cp'")
 
 #: The keys Megatron's packing schedulers require of every sample.
 REQUIRED_SAMPLE_KEYS = ("tokens", "labels", "loss_mask", "position_ids", "original_seq_len", "padded_seq_len")
@@ -45,9 +51,18 @@ class DynamicCPScheduler:
     microbatch_group_size_per_vp_stage : int or None, default None
         With virtual pipeline stages, the number of micro-batches is a multiple of it.
     max_num_seqs : int or None, default None
-        At most this many sequences on a GPU in a micro-batch.
+        At most this many sequences on a GPU in a micro-batch, the padding sequence
+        included (Megatron passes ``thd_max_packed_sequences``, which counts it).
     min_cp_size : int, default 1
-        The smallest CP group (Megatron's ``min_dynamic_context_parallel_size``).
+        The smallest CP group (Megatron's ``min_dynamic_context_parallel_size``): one of
+        the sizes Megatron builds groups for (:func:`packlib.context_parallel.allowed_sizes`).
+    padding_sequence : bool, default True
+        Whether ``max_num_seqs`` counts a padding sequence beside the real ones: with
+        ``pad_packed_seq_alignment`` set and ``thd_tail_padding_policy`` ``"append_dummy_seq"``
+        (its default), Megatron covers a GPU's padding tail with a dummy sequence, so at
+        most ``max_num_seqs - 1`` real sequences go on a GPU. :meth:`run` sets it from
+        Megatron's config (``False`` without ``pad_packed_seq_alignment`` or with
+        ``"extend_last"``).
     cost : tuple of float, optional
         ``(a, b)`` or ``(a, b, e)`` as for :func:`packlib.plan_cp_step`.
     attention_balance : bool, default True
@@ -65,7 +80,8 @@ class DynamicCPScheduler:
     is_dynamic_cp = True
 
     def __init__(self, max_seqlen_per_dp_cp_rank, cp_size, dp_size, microbatch_group_size_per_vp_stage=None,
-                 max_num_seqs=None, *, min_cp_size=1, cost=None, attention_balance=True, seed=0):
+                 max_num_seqs=None, *, min_cp_size=1, padding_sequence=True, cost=None, attention_balance=True,
+                 seed=0):
         self.max_seqlen_per_dp_cp_rank = as_positive_int(max_seqlen_per_dp_cp_rank, "max_seqlen_per_dp_cp_rank")
         self.cp_size = as_positive_int(cp_size, "cp_size")
         self.dp_size = as_positive_int(dp_size, "dp_size")
@@ -75,9 +91,8 @@ class DynamicCPScheduler:
         self.total_hdp_gpus = as_positive_int(self.dp_size * self.cp_size, "dp_size * cp_size", maximum=MAX_WORLD_SIZE,
                                               hint="plan for fewer GPUs")
         self.min_cp_size = as_positive_int(min_cp_size, "min_cp_size")
-        if self.min_cp_size & (self.min_cp_size - 1) or self.min_cp_size > self.total_hdp_gpus:
-            raise ValueError(f"min_cp_size = {self.min_cp_size} must be a power of two at most dp_size * cp_size = "
-                             f"{self.total_hdp_gpus}")
+        check_min_cp_size(self.min_cp_size, self.total_hdp_gpus, "dp_size * cp_size")
+        self.padding_sequence = as_bool(padding_sequence, "padding_sequence")
         self.cost = as_cp_cost(cost)
         self.attention_balance = as_bool(attention_balance, "attention_balance")
         self.seed = as_seed(seed)
@@ -103,10 +118,20 @@ class DynamicCPScheduler:
         ids, lengths = _pairs(sample_id_seqlens, self.total_hdp_gpus * self.max_seqlen_per_dp_cp_rank)
         vpp = self.microbatch_group_size_per_vp_stage
         multiple = vpp if vpp and vpp > 1 else 1
-        step = _plan(lengths, self.max_seqlen_per_dp_cp_rank, self.max_num_seqs, self.total_hdp_gpus,
+        step = _plan(lengths, self.max_seqlen_per_dp_cp_rank, self._real_seqs(), self.total_hdp_gpus,
                      self.min_cp_size, self.cost, None, multiple, self.attention_balance, self.seed)
         self.last_step = step
         return step.sample_id_groups(ids)
+
+    def _real_seqs(self):
+        """The most real sequences on a GPU in a micro-batch (None: no limit)."""
+        if self.max_num_seqs is None or not self.padding_sequence:
+            return self.max_num_seqs
+        if self.max_num_seqs < 2:
+            raise ValueError(f"max_num_seqs = {self.max_num_seqs} leaves no room for a real sequence beside the "
+                             "padding sequence Megatron appends (thd_max_packed_sequences counts it): give 2 or more, "
+                             "or padding_sequence=False where Megatron appends none")
+        return self.max_num_seqs - 1
 
     def run(self, data_iterator, num_microbatches, dp_group, tp_group, pp_group, dp_cp_group, dev, config):
         """Megatron's own ``run`` (it fetches the step, calls
@@ -120,6 +145,7 @@ class DynamicCPScheduler:
         """
         from megatron.core.datasets.data_schedule import DpBalancedScheduler
 
+        self.padding_sequence = _appends_padding_sequence(config, self.padding_sequence)
         return DpBalancedScheduler.run(self, data_iterator, num_microbatches, dp_group, tp_group, pp_group,
                                        dp_cp_group, dev, config)
 
@@ -133,12 +159,39 @@ def register(name: str = "default_dynamic_cp"):
     ----------
     name : str, default "default_dynamic_cp"
         The scheduler's name in ``scheduler_map``.
+
+    Raises
+    ------
+    ImportError
+        Where Megatron-LM is not installed, or has no dynamic context parallelism in its
+        scheduler registry (the megatron-core wheels up to 0.16 have no ``scheduler_map``;
+        its main branch one without ``"default_dynamic_cp"``): the message names the
+        Megatron-LM it needs (:data:`NEEDS_MEGATRON`).
     """
+    import sys
+
     from megatron.core.datasets import data_schedule
 
-    old = data_schedule.scheduler_map.get(name)
-    data_schedule.scheduler_map[name] = DynamicCPScheduler
+    registry = getattr(data_schedule, "scheduler_map", None)
+    if not isinstance(registry, dict) or "default_dynamic_cp" not in registry:
+        version = getattr(sys.modules.get("megatron.core"), "__version__", "of unknown version")
+        what = "no scheduler_map" if registry is None else "a scheduler_map without 'default_dynamic_cp'"
+        raise ImportError(f"packlib's DynamicCPScheduler plugs into Megatron's dynamic context parallelism, but the "
+                          f"installed megatron.core ({version}) has {what}: install {NEEDS_MEGATRON}")
+    old = registry.get(name)
+    registry[name] = DynamicCPScheduler
     return old
+
+
+def _appends_padding_sequence(config, default: bool) -> bool:
+    """Whether Megatron's batch builder appends a dummy sequence to cover a GPU's padding
+    tail under ``config``: with ``pad_packed_seq_alignment`` set and the tail-padding policy
+    ``"append_dummy_seq"`` (the default); ``default`` without a config."""
+    if config is None:
+        return default
+    if getattr(config, "pad_packed_seq_alignment", None) is None:
+        return False
+    return (getattr(config, "thd_tail_padding_policy", None) or "append_dummy_seq") == "append_dummy_seq"
 
 
 def _pairs(sample_id_seqlens, most):
