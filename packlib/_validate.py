@@ -118,6 +118,18 @@ def as_bool(value, name: str) -> bool:
     raise TypeError(f"{name} must be True or False, got {type(value).__name__} {_shown(value)}")
 
 
+def as_time_limit(time_limit, name: str = "time_limit") -> float | None:
+    """Seconds > 0 as a float, or ``None`` (no limit)."""
+    if time_limit is None:
+        return None
+    if isinstance(time_limit, bool) or not isinstance(time_limit, numbers.Real):
+        raise ValueError(f"{name} must be a number of seconds > 0 or None, got {time_limit!r}")
+    t = float(time_limit)
+    if not t > 0:  # also catches NaN
+        raise ValueError(f"{name} must be > 0 seconds (or None for no limit), got {time_limit!r}")
+    return t
+
+
 def as_choice(value, name: str, choices) -> str:
     """One of the strings ``choices``."""
     choices = tuple(choices)

@@ -18,7 +18,7 @@ from . import methods as _registry
 from ._deprecation import DEPRECATED_IN_0_2, deprecated_call
 from ._progress import progress_bar
 from ._shared_compile import usable_cores
-from ._validate import as_bool, as_depth
+from ._validate import as_bool, as_depth, as_time_limit
 
 __all__ = ["compare", "ComparisonTable", "ComparisonRow"]
 
@@ -176,6 +176,7 @@ def compare(
     methods: str | Sequence[str] | None = None,
     warmup: bool = True,
     progress: bool | None = None,
+    time_limit: float | None = 5.0,
 ) -> ComparisonTable:
     """Pack one histogram with several methods and depths and tabulate the results.
 
@@ -197,6 +198,12 @@ def compare(
     progress : bool or None, default None
         Show a progress bar (needs tqdm) naming the method and depth running; ``None``:
         in a notebook or on a terminal.
+    time_limit : float or None, default 5.0
+        The limit on each ``"optimal"`` row, in seconds (:func:`packlib.optimal_pack`'s
+        ``time_limit``): where it has not closed its gap by then, the row holds its best plan
+        so far, its gap to the bound proven so far, and a note saying it stopped. ``None``: no
+        limit (``optimal_pack`` alone runs until it proves its plan, which can take tens of
+        seconds at long context with a depth limit).
 
     Returns
     -------
@@ -229,6 +236,7 @@ def compare(
     packers = _as_methods(methods)
     depths = _as_depths(max_sequences_per_pack)
     warm = as_bool(warmup, "warmup")
+    limit = as_time_limit(time_limit)
     if progress is None:
         progress = "ipykernel" in sys.modules or bool(getattr(sys.stderr, "isatty", lambda: False)())
     with progress_bar(len(packers) * len(depths) * (2 if warm else 1), "compare", as_bool(progress, "progress"),
@@ -240,7 +248,7 @@ def compare(
                     warm_method(name, d, L)
                     bar.update(1)
         table = ComparisonTable()
-        for rows in _each_depth(h, L, depths, packers, methods is not None, bar):
+        for rows in _each_depth(h, L, depths, packers, methods is not None, bar, limit):
             table.extend(rows)
     return table
 
@@ -255,22 +263,22 @@ def _tell(bar, text: str) -> None:
         bar.set_postfix_str(text)
 
 
-def _each_depth(h, L, depths, packers, named=True, bar=None) -> list:
+def _each_depth(h, L, depths, packers, named=True, bar=None, time_limit=None) -> list:
     """The rows of each depth, in order. Depths share nothing, and the kernels release the
     GIL, so on a machine with idle cores the depths run at once, one thread each."""
     threads = min(len(depths), usable_cores())
     if threads <= 1:
-        return [_depth_rows(h, L, d, packers, named, bar) for d in depths]
+        return [_depth_rows(h, L, d, packers, named, bar, time_limit) for d in depths]
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(threads) as pool:
-        return list(pool.map(lambda d: _depth_rows(h, L, d, packers, named, bar), depths))
+        return list(pool.map(lambda d: _depth_rows(h, L, d, packers, named, bar, time_limit), depths))
 
 
-def _depth_rows(h, L, d, packers, named=True, bar=None) -> list:
+def _depth_rows(h, L, d, packers, named=True, bar=None, time_limit=None) -> list:
     """The rows of depth ``d``; with ``named=False`` (the default methods) a method that
     refuses the input gets a row saying why instead of raising."""
-    plans, seconds, refused = {}, {}, {}
+    plans, seconds, notes = {}, {}, {}
     for name, method in packers.items():
         if bar is not None:
             _tell(bar, f"{name}, depth {_label(d)}")
@@ -279,22 +287,25 @@ def _depth_rows(h, L, d, packers, named=True, bar=None) -> list:
         t0 = time.thread_time()
         try:
             if name == "optimal":
-                plans[name], reused = _optimal_reusing(h, L, d, plans, seconds)
+                plans[name], reused = _optimal_reusing(h, L, d, plans, seconds, time_limit)
+                if plans[name].status == 1:  # stopped by the time limit with a gap left
+                    notes[name] = f"stopped at time_limit={time_limit:g} s"
             else:
                 plans[name], reused = method._run(h, L, d), 0.0
         except ValueError as err:
             if named:
                 raise
-            refused[name], reused = f"{name} refused: {err}", 0.0
+            notes[name], reused = f"{name} refused: {err}", 0.0
         seconds[name] = time.thread_time() - t0 + reused
         if bar is not None:
             bar.update(1)
-    # a plan that carries a proven bound (optimal_pack) saves computing it again
-    bound = next((p.lower_bound for p in plans.values() if p.lower_bound is not None), None)
+    # a plan that proved its bound to the end (optimal_pack not stopped by its time limit)
+    # saves computing it again
+    bound = next((p.lower_bound for p in plans.values() if p.lower_bound is not None and p.status == 0), None)
     if bound is None:
         bound = _lower_bound_or_none(h, L, d)
     limit = _speedup_limit(h, L)
-    return [_row(name, d, plans.get(name), bound, seconds[name], refused.get(name, ""), limit) for name in packers]
+    return [_row(name, d, plans.get(name), bound, seconds[name], notes.get(name, ""), limit) for name in packers]
 
 
 def _row(name, d, plan, bound, seconds, note, limit) -> ComparisonRow:
@@ -303,7 +314,7 @@ def _row(name, d, plan, bound, seconds, note, limit) -> ComparisonRow:
                              speedup_limit=limit, lower_bound=bound, gap=None, seconds=seconds, note=note)
     return ComparisonRow(method=name, depth=d, packs=plan.num_packs, efficiency=plan.efficiency,
                          speedup=plan.speedup, speedup_limit=plan.speedup_limit, lower_bound=bound,
-                         gap=None if bound is None else plan.num_packs - bound, seconds=seconds)
+                         gap=None if bound is None else plan.num_packs - bound, seconds=seconds, note=note)
 
 
 def _speedup_limit(h, L) -> float:
@@ -344,7 +355,7 @@ def warm_method(name: str, depth: int | None, L: int | None = None) -> None:
             method._run(h, h.size, lp_depth)
 
 
-def _optimal_reusing(h, L, depth, plans, seconds):
+def _optimal_reusing(h, L, depth, plans, seconds, time_limit=None):
     """``optimal_pack`` on a histogram whose SPFHP / LPFHP / NNLSHP plans this table already
     made: it takes them instead of running those heuristics again. Returns the plan and the
     seconds of the heuristics it took, which count in its time (the time it takes alone)."""
@@ -354,7 +365,7 @@ def _optimal_reusing(h, L, depth, plans, seconds):
     if depth is None or depth < L:  # the depth the optimal packer runs its heuristics at
         known = {name: (plans[name], seconds[name]) for name in ("spfhp", "lpfhp", "nnls") if name in plans}
     offered = sum(s for _, s in known.values())
-    plan = _optimal(h, L, depth, known=known)
+    plan = _optimal(h, L, depth, known=known, time_limit=time_limit)
     return plan, offered - sum(s for _, s in known.values())
 
 

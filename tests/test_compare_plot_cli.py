@@ -321,3 +321,23 @@ def test_cli_refuses_a_negative_seed(capsys):
     with pytest.raises(SystemExit) as exc:
         cli.main(["demo", "--seed", "-1"])
     assert exc.value.code == 2 and "must be in [0, 2**64)" in capsys.readouterr().err
+
+
+def test_compare_stops_an_optimal_row_at_its_time_limit_and_says_so():
+    """``compare``'s ``time_limit`` reaches ``optimal_pack``: a row stopped with a gap left keeps
+    its best plan (never more packs than NNLSHP's, which it starts from), the bound proven so
+    far, and a note; without a limit the same row proves its plan and has no note."""
+    h = packlib.datasets.wikipedia_512()
+    stopped = packlib.compare(h, max_sequences_per_pack=3, methods=["nnls", "optimal"], time_limit=1e-6)
+    nnls, optimal = stopped
+    assert optimal.note == "stopped at time_limit=1e-06 s"
+    assert optimal.lower_bound <= optimal.packs <= nnls.packs and optimal.gap > 0
+    assert "note" in str(stopped)
+    full = packlib.compare(h, max_sequences_per_pack=3, methods=["optimal"], time_limit=None)
+    assert full[0].note == "" and full[0].gap < optimal.gap
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), "5", True])
+def test_compare_refuses_a_time_limit_that_is_not_seconds(bad):
+    with pytest.raises(ValueError, match="time_limit must be"):
+        packlib.compare([0, 2, 1, 1], methods=["optimal"], time_limit=bad)

@@ -48,6 +48,7 @@ import numpy as np
 
 from .._plan import PackingPlan
 from ..packing import _histogram_args, histogram_signature
+from .._validate import as_time_limit
 from . import _tuning
 from . import _relaxed
 from ._certificates import _best_certificate, _l2_certificate, _simple_bounds, _simple_certificates, _verified
@@ -55,19 +56,6 @@ from ._results import FINISHED, TIME_LIMIT, Certificate, LowerBound
 from ._solver import _dense_to_csr, _Plan, _Solver
 
 __all__ = ["Certificate", "LowerBound", "lower_bound", "optimal_pack"]
-
-
-def _as_time_limit(time_limit) -> float | None:
-    if time_limit is None:
-        return None
-    import numbers
-
-    if isinstance(time_limit, bool) or not isinstance(time_limit, numbers.Real):
-        raise ValueError(f"time_limit must be a number of seconds > 0 or None, got {time_limit!r}")
-    t = float(time_limit)
-    if not t > 0:  # also catches NaN
-        raise ValueError(f"time_limit must be > 0 seconds (or None for no limit), got {time_limit!r}")
-    return t
 
 
 @histogram_signature
@@ -204,7 +192,7 @@ def optimal_pack(
     """
     t0 = time.perf_counter()
     h, L, depth = _histogram_args(histogram, max_sequence_length, max_sequences_per_pack)
-    return _optimal(h, L, depth, time_limit=_as_time_limit(time_limit), started=t0)
+    return _optimal(h, L, depth, time_limit=as_time_limit(time_limit), started=t0)
 
 
 def _optimal(h: np.ndarray, L: int, depth: int | None, *, time_limit: float | None = None,

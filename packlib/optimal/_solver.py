@@ -210,9 +210,10 @@ class _Solver:
                 continue
             if name == "fill":
                 self.heuristics[name] = _Plan(*_fill_plan(self.h, self.L, self.depth, self.fill_modes, self.repair))
-            elif name != "nnls" or (self.nnls and self.time_left() and nnls_fits(self.L)
-                                    and self.L <= _tuning.LONG_CONTEXT):
-                # the greedy packers take milliseconds; NNLSHP only runs while time is left
+            elif name != "nnls" or name in self.known or (self.nnls and self.time_left() and nnls_fits(self.L)
+                                                          and self.L <= _tuning.LONG_CONTEXT):
+                # the greedy packers take milliseconds; NNLSHP only runs while time is left (a
+                # plan the caller already made is taken whatever the time)
                 self.heuristics[name] = self._heuristic(name)
 
     def _heuristic(self, name: str) -> PackingPlan:
