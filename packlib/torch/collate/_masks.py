@@ -24,9 +24,7 @@ def block_causal_mask(lengths, *, dtype=None):
     """
     torch = require_torch()
     lens = as_int_array(lengths, "lengths", allow_empty=False, minimum=1)
-    dtype = torch.float32 if dtype is None else dtype
-    if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
-        raise TypeError(f"dtype must be a floating torch.dtype such as torch.float32, got {dtype!r}")
+    dtype = mask_dtype(dtype)
     low = torch.finfo(dtype).min
     total = int(lens.sum())
     mask = torch.full((total, total), low, dtype=dtype)
@@ -34,4 +32,22 @@ def block_causal_mask(lengths, *, dtype=None):
     for n in lens.tolist():  # each sequence's diagonal block: causal (0 on and below the diagonal)
         mask[start:start + n, start:start + n] = torch.full((n, n), low, dtype=dtype).triu_(1)
         start += n
+    return mask[None, None]
+
+
+def mask_dtype(dtype):
+    """The floating dtype of an additive mask (``None``: float32), or a ``TypeError``."""
+    torch = require_torch()
+    dtype = torch.float32 if dtype is None else dtype
+    if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise TypeError(f"dtype must be a floating torch.dtype such as torch.float32, got {dtype!r}")
+    return dtype
+
+
+def additive_mask(allowed, dtype):
+    """The ``(1, 1, T, T)`` additive mask of a ``(T, T)`` bool tensor of allowed pairs: 0 where
+    a query may attend, ``dtype``'s most negative value elsewhere."""
+    torch = require_torch()
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
+    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
     return mask[None, None]

@@ -32,6 +32,7 @@ import numpy as np
 from ..._validate import as_bool, as_choice, as_int_array, as_positive_int
 from ._columns import carry_columns, loss_keys
 from .._lazy import require_torch
+from ._masks import additive_mask, mask_dtype
 from ._truncate import MODES, dropped_indices, truncate
 
 __all__ = ["shared_prompt_mask", "shared_prompt_block_mask", "model_inputs"]
@@ -226,14 +227,10 @@ def shared_prompt_mask(batch, *, dtype=None):
         Floating dtype (default float32); give the model's dtype for sdpa.
     """
     torch = require_torch()
-    dtype = torch.float32 if dtype is None else dtype
-    if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
-        raise TypeError(f"dtype must be a floating torch.dtype such as torch.float32, got {dtype!r}")
+    dtype = mask_dtype(dtype)
     _need(batch, ("group_ids", "sequence_ids"), "shared_prompt_mask")
     allowed = _allowed(batch["group_ids"], batch["sequence_ids"])
-    mask = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
-    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
-    return mask[None, None]
+    return additive_mask(allowed, dtype)
 
 
 def shared_prompt_block_mask(batch, *, device=None, block_size: int = 128):

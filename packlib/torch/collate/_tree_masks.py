@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from .._lazy import require_torch
+from ._masks import additive_mask, mask_dtype
 
 __all__ = ["tree_block_mask", "tree_mask"]
 
@@ -111,15 +112,11 @@ def tree_mask(batch, *, dtype=None):
         Floating dtype (default float32); give the model's dtype for sdpa.
     """
     torch = require_torch()
-    dtype = torch.float32 if dtype is None else dtype
-    if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
-        raise TypeError(f"dtype must be a floating torch.dtype such as torch.float32, got {dtype!r}")
+    dtype = mask_dtype(dtype)
     end = _ends(batch, "tree_mask").reshape(-1)
     pos = torch.arange(end.numel(), device=end.device)
     allowed = (pos[None, :] <= pos[:, None]) & (pos[:, None] < end[None, :])
-    mask = torch.zeros(allowed.shape, dtype=dtype, device=end.device)
-    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
-    return mask[None, None]
+    return additive_mask(allowed, dtype)
 
 
 def chain_ends(group_ids, sequence_ids):
