@@ -226,7 +226,6 @@ def shared_prompt_mask(batch, *, dtype=None):
     dtype : torch.dtype, optional
         Floating dtype (default float32); give the model's dtype for sdpa.
     """
-    torch = require_torch()
     dtype = mask_dtype(dtype)
     _need(batch, ("group_ids", "sequence_ids"), "shared_prompt_mask")
     allowed = _allowed(batch["group_ids"], batch["sequence_ids"])
