@@ -124,6 +124,12 @@ def _tiny_model():
     return transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa").train()
 
 
+def _needs_a_model(ns, tmp, stack):
+    """A block that builds its own tiny model: torch and transformers, or a skip naming them."""
+    pytest.importorskip("torch", reason="the block runs a model: pip install torch")
+    pytest.importorskip("transformers", reason="the block runs a transformers model")
+
+
 def _readme_notebook(ns, tmp, stack):
     matplotlib = pytest.importorskip("matplotlib", reason="table.plot() draws with matplotlib: pip install 'packlib[plot]'")
     matplotlib.use("Agg")
@@ -440,6 +446,7 @@ SETUPS = {
     ("docs/preference.md", "`DPOTrainer`"): _preference_trl("dpo"),
     ("docs/preference.md", "`RewardTrainer`"): _preference_trl("reward"),
     ("docs/preference.md", "`KTOTrainer`"): _preference_trl("kto"),
+    ("docs/prefix-trees.md", "Log-probs and losses per trajectory"): _needs_a_model,
     ("docs/multimodal.md", "Vision-language packing: Qwen2-VL, Qwen2.5-VL, Qwen3-VL"): _multimodal,
     ("docs/multimodal.md", "Planning rows on the true length"): _multimodal,
     ("docs/multimodal.md", "Balanced steps that count the vision tower"): _multimodal,
