@@ -134,6 +134,15 @@ def test_the_refusal_reaches_a_dataloader_worker(tmp_path):
         t.train()
 
 
+def test_the_refusal_reaches_a_spawned_dataloader_worker(tmp_path):
+    """A spawned (or forkserver) worker gets the collator pickled under the trainer's loop:
+    refused there, before any worker starts."""
+    t = P.trainer("dpo", output_dir=str(tmp_path), data_collator=PackedCollator(), dataloader_num_workers=1,
+                  dataloader_multiprocessing_context="spawn", dataloader_persistent_workers=False, **STEPS)
+    with pytest.raises(ValueError, match="use packlib.torch.PackedDPOTrainer "):
+        t.train()
+
+
 def test_the_refusal_leaves_a_loop_of_ones_own_alone():
     pairs = [{"prompt_ids": [2, 3], "chosen_ids": [4], "rejected_ids": [5, 6]}]
     assert PackedCollator()(pairs)["input_ids"].shape == (1, 7)

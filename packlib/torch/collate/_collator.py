@@ -157,11 +157,17 @@ class PackedCollator:
             out["use_cache"] = self.use_cache
         return out
 
+    def __getstate__(self) -> dict:
+        # a DataLoader sends its collate_fn to spawned / forkserver workers by pickling it,
+        # under the trainer's training loop: the refusal of the first collate, made here
+        _refuse_padded_reader(sys._getframe(1))
+        return self.__dict__
+
 
 def _refuse_padded_reader(frame, depth: int = 64) -> None:
     """Refuse to collate pairs for a TRL trainer that reads them as a padded batch: the
     nearest ``Trainer`` among the calling frames (the training loop, or the DataLoader worker
-    it forked), unless it is packlib's packed trainer."""
+    it forked; a spawned worker is refused when the collator is pickled for it), unless it is packlib's packed trainer."""
     while frame is not None and depth > 0:
         code = frame.f_code
         if code.co_argcount and code.co_varnames[0] == "self":
