@@ -167,7 +167,8 @@ class PackedCollator:
 def _refuse_padded_reader(frame, depth: int = 64) -> None:
     """Refuse to collate pairs for a TRL trainer that reads them as a padded batch: the
     nearest ``Trainer`` among the calling frames (the training loop, or the DataLoader worker
-    it forked; a spawned worker is refused when the collator is pickled for it), unless it is packlib's packed trainer."""
+    it forked; a spawned worker is refused when the collator is pickled for it), unless it
+    is packlib's packed trainer."""
     while frame is not None and depth > 0:
         code = frame.f_code
         if code.co_argcount and code.co_varnames[0] == "self":
