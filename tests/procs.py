@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import socket
 import tempfile
 import time
 
@@ -56,3 +57,10 @@ def ray_to_itself(wait_s: float = 30.0):
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (for a test's process group)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import socket
 import subprocess
 import sys
 
@@ -25,6 +24,7 @@ accelerate_data_loader = pytest.importorskip("accelerate.data_loader", reason="p
 import packlib  # noqa: E402
 from packlib.torch import PackedCollator, balance_trainer  # noqa: E402
 from tests import _trainer_worker as worker  # noqa: E402
+from tests.procs import free_port  # noqa: E402
 from tests import naive_training as ref  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -301,12 +301,6 @@ def _tokenizer():
 
 
 # ----------------------------------------------------------------- two real processes
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="the ranks are forked (POSIX)")
 def test_two_processes_train_the_plan(tmp_path):
     """Two gloo processes (tests/_trainer_worker.py). Accelerate's prepare: each rank's
@@ -317,7 +311,7 @@ def test_two_processes_train_the_plan(tmp_path):
     ranks' micro-batches, computed without packlib."""
     datasets = pytest.importorskip("datasets")  # noqa: F841  (the worker builds a datasets.Dataset)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.run([sys.executable, "-m", "tests._trainer_worker", str(_free_port()), str(tmp_path)], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "tests._trainer_worker", str(free_port()), str(tmp_path)], cwd=ROOT,
                           env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-4000:]
     s = worker.SETTINGS

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import socket
 import subprocess
 import sys
 
@@ -28,6 +27,7 @@ trl = pytest.importorskip("trl", reason="these tests run TRL's trainers")
 from packlib.torch import PackedCollator, balance_trainer  # noqa: E402
 from packlib.torch.trainers import _trl_preference  # noqa: E402
 from tests import _preference_trainers as P  # noqa: E402
+from tests.procs import free_port  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKED = {"dpo": "PackedDPOTrainer", "reward": "PackedRewardTrainer", "kto": "PackedKTOTrainer"}
@@ -192,12 +192,6 @@ def test_balanced_steps_weigh_every_pair_as_trls_padded_step(kind, tmp_path, mon
     assert P.max_difference(runs[False], reference) > 1e-3
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="the ranks are forked (POSIX)")
 def test_two_ranks_weigh_every_pair_of_the_step(tmp_path):
     """Two gloo processes, PackedDPOTrainer with balance_trainer: both ranks end equal to each
@@ -206,7 +200,7 @@ def test_two_ranks_weigh_every_pair_of_the_step(tmp_path):
     batches by TRL, so its reference is not a sum over micro-batches: one process covers it)."""
     kind = "dpo"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.run([sys.executable, "-m", "tests._preference_trainers", str(_free_port()), str(tmp_path), kind],
+    proc = subprocess.run([sys.executable, "-m", "tests._preference_trainers", str(free_port()), str(tmp_path), kind],
                           cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-4000:]
     params = [torch.load(tmp_path / f"params-{r}.pt") for r in range(2)]

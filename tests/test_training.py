@@ -12,7 +12,6 @@ import json
 import os
 import pathlib
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ transformers = pytest.importorskip("transformers", reason="the training tests bu
 import packlib  # noqa: E402
 from packlib.torch import PackedCollator  # noqa: E402
 from tests import _ddp_worker as worker  # noqa: E402
+from tests.procs import free_port  # noqa: E402
 from tests import naive_training as ref  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -372,18 +372,12 @@ def test_a_prefetching_dataloader_never_checkpoints_the_sampler_ahead():
 
 
 # ----------------------------------------------------------------- two real ranks, killed
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _launch(out, kill_at=None):
     """Two ranks (forked by one launcher process, which imports torch once)."""
     out.mkdir(exist_ok=True)
     extra = [] if kill_at is None else [str(kill_at)]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.Popen([sys.executable, "-m", "tests._ddp_worker", "2", str(_free_port()), str(out), *extra],
+    return subprocess.Popen([sys.executable, "-m", "tests._ddp_worker", "2", str(free_port()), str(out), *extra],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
