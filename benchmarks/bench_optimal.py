@@ -387,7 +387,7 @@ def compare_kernels(old_root: str, repeat: int = 7) -> None:
         # depth_repair: rows in an arena since issue 22 (it returns CSR now), not compared
         ("spfhp, Wikipedia, depth 3", None, greedy.spfhp, (wiki, 512, 3)),
         ("lpfhp, Wikipedia, unlimited", None, greedy.lpfhp, (wiki, 512, 512)),
-        ("nnls_histogram_pack, Wikipedia, depth 3", None, nnls.nnls_histogram_pack, (wiki, 512, 3, w, 20)),
+        ("nnls_columns, Wikipedia, depth 3", None, nnls.nnls_columns, (wiki.astype(np.float64), w * w, 512, 3, 10340)),
     ]
     print(f"# kernels of {old_root} (old) vs this checkout (new), best of {repeat}, interleaved")
     print(f"{'kernel':<42} {'old':>10} {'new':>10} {'new/old':>8}  same")

@@ -276,8 +276,8 @@ def nnls_pack(
 def _nnls(h: np.ndarray, L: int, depth: int | None, *, max_iterations: int = 20, short_length_cutoff: int = 8,
           repair: bool = True, exact: bool = False) -> PackingPlan:
     """:func:`nnls_pack` of arguments already checked (``_histogram_args`` and the options)."""
-    from ._kernels.nnls import nnls_histogram_pack, repack_underfilled
     from ._nnls_limits import length_classes
+    from ._nnls_recipe import nnls_recipe, repack_underfilled
 
     q, G = length_classes(L, exact)
     # above the exact range the recipe runs on G length classes of q tokens (docs/design.md)
@@ -286,7 +286,7 @@ def _nnls(h: np.ndarray, L: int, depth: int | None, *, max_iterations: int = 20,
     weights = np.ones(G)
     weights[:cutoff] = cutoff / (2.0 * G)
     kernel_depth = G if depth is None else depth
-    strategies, counts, iterations = nnls_histogram_pack(hc, G, kernel_depth, np.sqrt(weights), max_iterations)
+    (strategies, counts), iterations = nnls_recipe(hc, G, kernel_depth, np.sqrt(weights), max_iterations)
     if repair:
         strategies, counts = repack_underfilled(strategies, counts, G, kernel_depth)
     if q > 1:

@@ -25,7 +25,7 @@ FLOORS = [
               "datasets", "plot"]),
     ("kernels", ["_kernels"]),
     ("results", ["_histogram", "_packs", "_plan"]),
-    ("packers", ["packing", "optimal", "blending", "balancing", "context_parallel"]),
+    ("packers", ["packing", "_nnls_recipe", "optimal", "blending", "balancing", "context_parallel"]),
     ("registry", ["methods"]),
     ("users of the registry", ["bucketing", "comparison", "sampler"]),
     ("adapters", ["formats", "torch"]),

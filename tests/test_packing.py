@@ -252,6 +252,21 @@ def test_plan_is_canonical():
         PackingPlan(np.array([[3, 3]]), np.array([1]), 4, 2)
 
 
+@given(st.lists(st.tuples(st.lists(st.integers(0, 6), max_size=5), st.integers(0, 3)), max_size=12))
+def test_canonical_form_in_numpy_equals_the_kernel(rows):
+    """Plans are put in their one form with numpy (no compile on a first call), and with the
+    kernel when very large: both forms agree on any rows, zeros, empty rows, zero counts."""
+    from packlib._kernels.csr import canonical_rows as kernel
+    from packlib._plan import canonical_rows
+
+    sizes = [len(r) for r, _ in rows]
+    items = np.array([x for r, _ in rows for x in r], dtype=np.int64)
+    offsets = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+    counts = np.array([c for _, c in rows], dtype=np.int64)
+    got, want = canonical_rows(items, offsets, counts), kernel(items, offsets, counts)
+    assert [a.tolist() for a in got] == [a.tolist() for a in want]
+
+
 # -------------------------------------------------------------------- plan -> packs
 
 

@@ -15,7 +15,6 @@ import numpy as np
 from .._jit import jit
 from .growable import grow1, grow2
 from .sorting import sort_ints
-from .greedy import lpfhp
 from .nnls_price import _price
 
 # ------------------------------------------------------------------- Cholesky updates
@@ -267,21 +266,6 @@ def nnls_columns(b, w2, L, D, max_outer):
 
 
 @jit
-def _append_group(rows, counts, n_rows, width, col_len, col_mult, col_n, i, count):
-    rows = grow2(rows, n_rows + 1)
-    counts = grow1(counts, n_rows + 1, n_rows)
-    j = 0
-    for t in range(col_n[i] - 1, -1, -1):  # lengths ascending -> row descending
-        for _ in range(col_mult[i, t]):
-            rows[n_rows, j] = col_len[i, t]
-            j += 1
-    for jj in range(j, width):
-        rows[n_rows, jj] = 0
-    counts[n_rows] = count
-    return rows, counts
-
-
-@jit
 def _replace_in_row(rows, g, old, new):
     """Replace one ``old`` in row ``g`` by ``new`` (0 removes it); keep it sorted descending."""
     width = rows.shape[1]
@@ -343,50 +327,15 @@ def _edit_slots(rows, counts, n_rows, old, new, k):
 
 
 @jit
-def nnls_histogram_pack(h, L, D, w, max_iterations):
-    """The NNLSHP recipe; returns the plan's rows (descending lengths), counts and the
-    number of NNLS solves. Only real sequences remain in the plan."""
-    w2 = w * w
-    width = min(D, L)
-    rows = np.zeros((64, width), np.int64)
-    counts = np.zeros(64, np.int64)
-    n_rows = np.int64(0)  # not a literal 0, which numba would compile the callees for as well
-    b = h.copy()
-    padding = np.zeros(L + 1, np.int64)  # dummy slots per length
-    used = np.zeros(L + 1, np.int64)
-    iterations = 0
-    max_outer = 20 * L + 100
-    for _ in range(max_iterations):
-        left = 0
-        for l in range(L):
-            left += b[l]
-        if left < 100 and iterations > 0 or left == 0:
-            break
-        col_len, col_mult, col_n, x = nnls_columns(b.astype(np.float64), w2, L, D, max_outer)
-        iterations += 1
-        used[:] = 0
-        any_used = False
-        for i in range(x.size):
-            xi = x[i]
-            r = np.rint(xi) if xi < 2.0 else np.floor(xi)
-            cnt = np.int64(r)
-            if cnt <= 0:
-                continue
-            any_used = True
-            rows, counts = _append_group(rows, counts, n_rows, width, col_len, col_mult, col_n, i, cnt)
-            n_rows += 1
-            for t in range(col_n[i]):
-                used[col_len[i, t]] += cnt * col_mult[i, t]
-        if not any_used:
-            break
-        for l in range(1, L + 1):
-            resid = b[l - 1] - used[l]
-            if resid < 0:
-                padding[l] -= resid
-                b[l - 1] = 0
-            else:
-                b[l - 1] = resid
-    # left-over sequences first take over dummy slots at least as long (best fit)
+def settle_dummies(rows, counts, b, padding):
+    """The recipe's last step on its rounded solves: left-over sequences (``b``, by length,
+    updated in place) first take over dummy slots at least as long (best fit), then the
+    remaining dummies (``padding[l]`` slots of length ``l``) are removed from the plan
+    (``rows``, descending, zero-padded; ``counts``). Returns the plan's rows and counts."""
+    L = b.size
+    n_rows = np.int64(counts.size)
+    rows = rows.copy()
+    counts = counts.copy()
     for m in range(L, 0, -1):
         l = m
         while b[m - 1] > 0 and l <= L:
@@ -396,105 +345,7 @@ def nnls_histogram_pack(h, L, D, w, max_iterations):
                 padding[l] -= k
                 b[m - 1] -= k
             l += 1
-    # the remaining dummies are padding: remove them from the plan
     for l in range(L, 0, -1):
         if padding[l] > 0:
             rows, counts, n_rows = _edit_slots(rows, counts, n_rows, l, np.int64(0), padding[l])
-    # whatever is still left is packed by LPFHP
-    rest_rows, rest_counts = lpfhp(b, L, D)
-    w_all = max(width, rest_rows.shape[1])
-    out = np.zeros((n_rows + rest_counts.size, w_all), np.int64)
-    out_counts = np.empty(n_rows + rest_counts.size, np.int64)
-    for r in range(n_rows):
-        out_counts[r] = counts[r]
-        for w in range(width):
-            out[r, w] = rows[r, w]
-    for r in range(rest_counts.size):
-        out_counts[n_rows + r] = rest_counts[r]
-        for w in range(rest_rows.shape[1]):
-            out[n_rows + r, w] = rest_rows[r, w]
-    return out, out_counts, iterations
-
-
-@jit
-def _underfilled_histogram(rows, counts, fill, threshold, sub):
-    """Histogram (into ``sub``) of the packs filled below ``threshold``; returns how many
-    packs are filled at least that much."""
-    sub[:] = 0
-    kept = 0
-    for g in range(counts.size):
-        if fill[g] < threshold:
-            for j in range(rows.shape[1]):
-                if rows[g, j] > 0:
-                    sub[rows[g, j] - 1] += counts[g]
-        else:
-            kept += counts[g]
-    return kept
-
-
-@jit
-def _packs_needed(sub, L, D):
-    """Packs any packing of ``sub`` needs: by tokens, by depth, one per length above L/2."""
-    tokens = 0
-    n = 0
-    big = 0
-    for l in range(sub.size):
-        tokens += (l + 1) * sub[l]
-        n += sub[l]
-        if 2 * (l + 1) > L:
-            big += sub[l]
-    return max(max((tokens + L - 1) // L, (n + D - 1) // D), big)
-
-
-@jit
-def repack_underfilled(rows, counts, L, D):
-    """Repack the packs filled below a threshold with LPFHP when that takes fewer packs.
-
-    Removing NNLS's dummy slots leaves some packs nearly empty (a long strategy whose long
-    parts were surplus). Thresholds from L/2 up to L are tried; the best total wins, and
-    the plan is returned unchanged if no threshold helps.
-    """
-    n = counts.size
-    fill = np.zeros(n, np.int64)
-    for g in range(n):
-        for j in range(rows.shape[1]):
-            fill[g] += rows[g, j]
-    best_total = 0
-    for g in range(n):
-        best_total += counts[g]
-    best_threshold = np.int64(-1)
-    sub = np.zeros(L, np.int64)
-    for k in range(5):
-        threshold = L - (L >> (k + 1)) if k < 4 else L  # L/2, 3L/4, 7L/8, 15L/16, L
-        total = _underfilled_histogram(rows, counts, fill, threshold, sub)
-        if total + _packs_needed(sub, L, D) >= best_total:
-            continue  # no packing of these sequences can win: LPFHP's would not either
-        _, sub_counts = lpfhp(sub, L, D)
-        for g in range(sub_counts.size):
-            total += sub_counts[g]
-        if total < best_total:
-            best_total = total
-            best_threshold = threshold
-    if best_threshold < 0:
-        return rows, counts
-    _underfilled_histogram(rows, counts, fill, best_threshold, sub)
-    n_kept = 0
-    for g in range(n):
-        if fill[g] >= best_threshold:
-            n_kept += 1
-    sub_rows, sub_counts = lpfhp(sub, L, D)
-    width = max(rows.shape[1], sub_rows.shape[1])
-    out = np.zeros((n_kept + sub_counts.size, width), np.int64)
-    out_counts = np.empty(n_kept + sub_counts.size, np.int64)
-    i = 0
-    for g in range(n):
-        if fill[g] >= best_threshold:
-            for w in range(rows.shape[1]):
-                out[i, w] = rows[g, w]
-            out_counts[i] = counts[g]
-            i += 1
-    for r in range(sub_counts.size):
-        out_counts[n_kept + r] = sub_counts[r]
-        for w in range(sub_rows.shape[1]):
-            out[n_kept + r, w] = sub_rows[r, w]
-    return out, out_counts
+    return rows[:n_rows].copy(), counts[:n_rows].copy()
