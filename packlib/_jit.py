@@ -23,6 +23,7 @@ imports numba or passes numba options (``tests/test_lint.py`` checks it).
 """
 from __future__ import annotations
 
+import os
 import sys
 
 import numba
@@ -77,6 +78,24 @@ def jit(fn):
     if inner and isinstance(kernel, CPUDispatcher):  # not under NUMBA_DISABLE_JIT
         kernel.__class__ = _InnerKernel
     return kernel
+
+
+def compile_for(kernel, *sample_args) -> None:
+    """Compile ``kernel`` (or load it from the cache) for the types of ``sample_args``,
+    without running it: how a helper process compiles a kernel for another's first call."""
+    if isinstance(kernel, CPUDispatcher):  # not under NUMBA_DISABLE_JIT
+        kernel.compile(tuple(numba.typeof(a) for a in sample_args))
+
+
+def is_compiled(kernel) -> bool:
+    """Whether ``kernel`` is compiled in this process or has an index in numba's on-disk
+    cache (the index may not hold every signature: a cheap look, not a promise)."""
+    if not isinstance(kernel, CPUDispatcher) or kernel.signatures:
+        return True
+    try:
+        return os.path.exists(kernel._cache._cache_file._index_path)  # numba's FunctionCache
+    except AttributeError:  # another numba's cache, or caching off: say compiled, and compile as usual
+        return True
 
 
 def python_callable(kernel):

@@ -19,7 +19,17 @@ import sys
 import tempfile
 import time
 
-__all__ = ["compile_claimed", "compile_in_processes", "usable_cores"]
+__all__ = ["compile_claimed", "compile_in_processes", "in_helper", "usable_cores"]
+
+# set in a helper interpreter's environment, and in this process while it shares a compile:
+# a call there compiles what it needs itself, never starting helpers of its own
+_HELPER_ENV = "PACKLIB_COMPILE_HELPER"
+_sharing = False
+
+
+def in_helper() -> bool:
+    """Whether this process is a compile helper, or is sharing a compile with helpers now."""
+    return _sharing or os.environ.get(_HELPER_ENV) == "1"
 
 
 def usable_cores() -> int:
@@ -69,13 +79,15 @@ def compile_in_processes(units, run, processes: int, entry_module: str) -> None:
     (``python -m entry_module DIRECTORY UNIT...``, which calls :func:`helper_main`). When it
     returns, the units the helpers ran load from numba's cache. A helper that has not
     claimed a unit by then (the cache was warm: this process was quicker) is stopped."""
+    global _sharing
     units = list(units)
     helpers = min(processes, len(units)) - 1
-    if helpers <= 0:
+    if helpers <= 0 or in_helper():
         return
     # the helpers import this very package, wherever it was imported from
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])),
+               **{_HELPER_ENV: "1"})
     with tempfile.TemporaryDirectory(prefix="packlib-compile-") as directory:
         try:
             procs = [subprocess.Popen([sys.executable, "-m", entry_module, directory, *units], env=env,
@@ -83,9 +95,11 @@ def compile_in_processes(units, run, processes: int, entry_module: str) -> None:
                      for _ in range(helpers)]
         except OSError:  # no helper can start here: compile alone
             return
+        _sharing = True
         try:
             compile_claimed(directory, units, run, others_alive=lambda: any(p.poll() is None for p in procs))
         finally:
+            _sharing = False
             for proc in procs:  # every unit is claimed and done: a helper left has nothing to do
                 proc.kill()
                 proc.wait()

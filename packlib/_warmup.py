@@ -7,6 +7,8 @@ import time
 
 import numpy as np
 
+from . import _method_warmup
+from ._method_warmup import method_unit  # noqa: F401 (the demo's and the tests' name for it)
 from ._shared_compile import compile_in_processes, helper_main
 from ._validate import as_positive_int
 
@@ -76,42 +78,17 @@ def warm_in_processes(units, processes: int) -> None:
     compile_in_processes(units, run_unit, processes, __name__)
 
 
-def method_unit(name: str, depth: int | None, kind: str = "method") -> str:
-    """The unit (:func:`run_unit`) that warms histogram method ``name`` at ``depth``."""
-    return f"{kind}:{name}:{'none' if depth is None else int(depth)}"
-
-
 def run_unit(unit: str) -> None:
     """Compile (or load) one unit's kernels in this process, the unit named by a string that
-    a helper interpreter can be given (:mod:`packlib._shared_compile`):
-
-    - ``"family:NAME"``: one kernel family of :func:`warmup`;
-    - ``"method:NAME:DEPTH"``: one histogram method of :mod:`packlib.methods` at ``DEPTH``
-      (an integer or ``none``), as :func:`packlib.compare` warms it up;
-    - ``"optimal-kernels:optimal:DEPTH"``: the same for ``optimal`` (its LP warm-ups
-      included), but with a plan of one sequence a pack standing in for the SPFHP, LPFHP and
-      NNLSHP plans it also makes, so that another process can compile their kernels at the
-      same time.
-    """
-    from .comparison import LP_WARMUPS, WARMUP_HISTOGRAM, warm_method
-
+    a helper interpreter can be given (:mod:`packlib._shared_compile`): ``"family:NAME"``,
+    one kernel family of :func:`warmup`, or a method's unit of
+    :func:`packlib._method_warmup.run_unit` (``"method:NAME:DEPTH"``,
+    ``"optimal-kernels:optimal:DEPTH"``)."""
     kind, _, rest = unit.partition(":")
-    name, _, depth_text = rest.partition(":")
-    depth = None if depth_text == "none" else int(depth_text or 0)
     if kind == "family":
         dict(_FAMILIES)[rest]()
-    elif kind == "method":
-        warm_method(name, depth)
-    elif kind == "optimal-kernels":
-        from .optimal import _optimal
-        from .optimal._solver import _Plan
-
-        for counts, d in ((WARMUP_HISTOGRAM, depth), *LP_WARMUPS):
-            h = np.asarray(counts, dtype=np.int64)
-            present = np.flatnonzero(h)
-            # a plain plan (no PackingPlan, whose canonical form the other process compiles)
-            one_a_pack = _Plan(present + 1, np.arange(present.size + 1), h[present])
-            _optimal(h, h.size, d, known={name: (one_a_pack, 0.0) for name in ("spfhp", "lpfhp", "nnls")})
+    elif kind in ("method", "optimal-kernels"):
+        _method_warmup.run_unit(unit)
     else:
         raise ValueError(f"unknown compile unit {unit!r}: expected 'family:NAME', 'method:NAME:DEPTH' "
                          "or 'optimal-kernels:optimal:DEPTH'")

@@ -17,6 +17,7 @@ import numpy as np
 from . import methods as _registry
 from ._deprecation import DEPRECATED_IN_0_2, deprecated_call
 from ._progress import progress_bar
+from ._method_warmup import LP_WARMUPS, WARMUP_HISTOGRAM, share_first_compile, warm_method  # noqa: F401
 from ._shared_compile import usable_cores
 from ._validate import as_bool, as_depth, as_time_limit
 
@@ -242,6 +243,7 @@ def compare(
     with progress_bar(len(packers) * len(depths) * (2 if warm else 1), "compare", as_bool(progress, "progress"),
                       unit="run") as bar:
         if warm:
+            share_first_compile(list(packers), depths[0], L)  # a new machine: two processes compile
             for name in packers:
                 for d in depths:
                     _tell(bar, f"compiling {name}, depth {_label(d)}")
@@ -321,38 +323,6 @@ def _speedup_limit(h, L) -> float:
     """Sequences per pack if packs held ``L`` tokens each: ``n L / tokens``."""
     tokens = float(np.dot(h.astype(np.float64), np.arange(1, h.size + 1)))
     return float(h.sum()) * L / tokens if tokens else math.nan
-
-
-# small, but the heuristics miss the bound on it at depth 2 (optimal_pack's LP, its rounding
-# and the exact fill's exchanges run) and the exact fill's exchanges run at depth 3
-WARMUP_HISTOGRAM = (5, 5, 2, 2, 2, 5, 0, 5, 0, 1, 3, 0, 3, 0, 3, 1, 3, 3)
-# where the heuristics miss the bound at depth 3 and unlimited, so that optimal_pack solves
-# its LP and rounds it there too (the kernels are the same at every depth; which of them run
-# is not)
-LP_WARMUPS = (
-    ((0, 0, 1, 6, 7, 0, 0, 0, 2, 0, 0, 7, 0, 7, 6, 0, 5, 0, 1, 1, 3, 0, 3, 0, 0, 0, 0, 1, 4, 0, 6, 0, 0, 4, 0, 2,
-      3, 0, 2, 1, 0, 0, 0, 3, 2, 0, 2, 5, 0, 7, 0, 0, 0, 0, 6, 0, 6, 5, 6, 5, 4, 2, 0), 3),
-    ((3, 1, 0, 0, 0, 0, 0, 1, 0, 0, 6, 0, 0, 0, 2, 5, 0, 2, 1, 0, 2, 0, 0, 0, 6, 0, 0, 1, 7, 0, 0, 0, 7, 1, 0, 0,
-      2, 0, 0, 0, 0, 0, 0, 3, 0, 0, 1, 4, 0, 0, 0, 0, 0, 5, 4, 7, 2, 6, 3, 0, 0, 0, 0), None),
-)
-
-
-def warm_method(name: str, depth: int | None, L: int | None = None) -> None:
-    """Compile (or load) the kernels histogram method ``name`` runs at ``depth`` (and at
-    capacity ``L``: NNLSHP's length-class kernels where it runs on classes)."""
-    from ._nnls_limits import length_classes
-
-    method = _registry.get(name, kind="histogram")
-    tiny = np.asarray(WARMUP_HISTOGRAM, dtype=np.int64)
-    method._run(tiny, tiny.size, depth)
-    if name == "nnls" and L is not None and length_classes(L)[0] > 1:
-        two = np.zeros(L, np.int64)
-        two[[0, L - 1]] = 1
-        method._run(two, L, depth)
-    if name == "optimal":
-        for counts, lp_depth in LP_WARMUPS:
-            h = np.asarray(counts, dtype=np.int64)
-            method._run(h, h.size, lp_depth)
 
 
 def _optimal_reusing(h, L, depth, plans, seconds, time_limit=None):

@@ -276,10 +276,12 @@ def nnls_pack(
 def _nnls(h: np.ndarray, L: int, depth: int | None, *, max_iterations: int = 20, short_length_cutoff: int = 8,
           repair: bool = True, exact: bool = False) -> PackingPlan:
     """:func:`nnls_pack` of arguments already checked (``_histogram_args`` and the options)."""
+    from ._first_use import NNLS_CLASS_UNITS, NNLS_UNITS, compile_first_use
     from ._nnls_limits import length_classes
     from ._nnls_recipe import nnls_recipe, repack_underfilled
 
     q, G = length_classes(L, exact)
+    compile_first_use(NNLS_UNITS if q == 1 else NNLS_CLASS_UNITS)  # a new machine: two processes compile
     # above the exact range the recipe runs on G length classes of q tokens (docs/design.md)
     hc = h if q == 1 else np.add.reduceat(h, np.arange(G, dtype=np.int64) * q)
     cutoff = min(short_length_cutoff, G)

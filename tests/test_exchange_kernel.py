@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from packlib._jit import python_callable
 from packlib._kernels import exchange as X
 from packlib._kernels.optimal import exact_fill
+from packlib.optimal._solver import depth_repair
 
 from .test_optimal import small_histograms
 
@@ -73,7 +74,7 @@ def test_exchanges_keep_packs_exactly_as_full(h, D):
     L = len(h)
     items, offsets, counts = exact_fill(h, L, 0, 2)
     before = _sum_counts([items[offsets[t] : offsets[t + 1]] for t in range(counts.size)], counts)
-    out_items, out_offsets, out_counts, residual = X.depth_repair(items, offsets, counts, L, D, 1)
+    out_items, out_offsets, out_counts, residual = depth_repair(items, offsets, counts, L, D, 1)
     after = _sum_counts([out_items[out_offsets[t] : out_offsets[t + 1]] for t in range(out_counts.size)], out_counts)
     assert all(after[s] <= before[s] for s in after)
     dissolved = sum(s * (before[s] - after[s]) for s in before)
@@ -89,7 +90,7 @@ def test_a_deep_pack_of_one_length_exchanges_for_a_pair():
     items, offsets, counts = _csr([([2] * 6, 1), ([5, 3], 1)])
     arena, start, size, cnt = _pack_arena(items, offsets, counts)
     assert _repair_pass(arena, start, size, cnt, 2, offsets[-1], 12, 4)[-1] == 0  # no single partner
-    out = X.depth_repair(items, offsets, counts, 12, 4)
+    out = depth_repair(items, offsets, counts, 12, 4)
     assert out[0].tolist() == [5, 3, 2, 2, 2, 2, 2, 2] and out[1].tolist() == [0, 4, 8]
     assert out[2].tolist() == [1, 1] and not out[3].any()
 
@@ -98,14 +99,14 @@ def test_a_partner_beyond_the_shortest_sequences():
     """The two shortest add up to 3, which nobody holds; 2 + 2 = 4 is a window further up,
     held by a pack with room: one exchange, nothing dissolved."""
     items, offsets, counts = _csr([([2, 2, 1, 1], 1), ([6, 4], 1)])
-    out_items, out_offsets, out_counts, residual = X.depth_repair(items, offsets, counts, 10, 3)
+    out_items, out_offsets, out_counts, residual = depth_repair(items, offsets, counts, 10, 3)
     packs = sorted(tuple(out_items[out_offsets[t] : out_offsets[t + 1]]) for t in range(out_counts.size))
     assert packs == [(4, 1, 1), (6, 2, 2)] and not residual.any()
 
 
 def test_groups_of_identical_packs_exchange_at_once():
     items, offsets, counts = _csr([([2, 2, 1, 1], 5), ([6, 4], 3)])
-    out_items, out_offsets, out_counts, residual = X.depth_repair(items, offsets, counts, 10, 3, 1)
+    out_items, out_offsets, out_counts, residual = depth_repair(items, offsets, counts, 10, 3, 1)
     got = Counter()
     for t in range(out_counts.size):
         got[tuple(out_items[out_offsets[t] : out_offsets[t + 1]])] += int(out_counts[t])

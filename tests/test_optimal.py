@@ -520,7 +520,7 @@ def test_long_context_lognormal():
 @given(small_histograms(max_len=60, max_count=80), st.integers(1, 6))
 @settings(max_examples=60)
 def test_depth_repair_keeps_every_sequence_and_the_limit(h, D):
-    from packlib._kernels.exchange import depth_repair
+    from packlib.optimal._solver import depth_repair
     from packlib._kernels.optimal import exact_fill
 
     L = len(h)

@@ -17,7 +17,7 @@ import numpy as np
 
 from .._jit import jit
 from .csr import by_size
-from .optimal import _grown, exact_fill
+from .optimal import _grown
 from .sorting import sort_ints
 
 PAIR_WIDTH = 6  # packs of at most this many sequences offer pairs (15 sums each) to exchange
@@ -424,10 +424,10 @@ def _pair_pass(arena, start, size, cnt, T, top, L, D, width):
 
 
 @jit
-def _exchange_passes(items, offsets, counts, L, D, passes):
+def exchange_passes(items, offsets, counts, L, D, passes):
     """Up to ``passes`` passes of :func:`_repair_pass` (each starts over with the packs the
     last one made among the partners), then the packs still too deep dissolved: ``(items,
-    offsets, counts, residual)``."""
+    offsets, counts, residual)``. One round of :func:`packlib.optimal._solver.depth_repair`."""
     for _ in range(passes):
         T = counts.size
         deep = False
@@ -451,35 +451,4 @@ def _exchange_passes(items, offsets, counts, L, D, passes):
                 residual[items[i] - 1] += counts[t]
             cnt[t] = 0
     items, offsets, counts = _kept_rows(arena, start, size, cnt, counts.size)
-    return items, offsets, counts, residual
-
-
-@jit
-def depth_repair(items, offsets, counts, L, D, rounds=32, passes=8):
-    """Make a plan of exactly-full packs respect a depth limit ``D`` by exchanges (module
-    docs). A pack of ``n > D`` sequences exchanges with roomy packs until it holds at most
-    ``D`` (each exchange appends the new pack, which is treated again while too deep).
-    What finds no partner is dissolved, packed again by the unlimited exact fill (which
-    mixes it anew) and those packs join the next round; up to ``rounds`` rounds, while
-    each leaves at least 2 % fewer sequences over than the last (fewer rounds cost seconds
-    for a few packs where the depth nearly binds). The last round's leftovers are
-    returned as a residual histogram, for the caller to pack again.
-
-    ``(items, offsets, counts)`` as returned by :func:`packlib._kernels.optimal.exact_fill`.
-    Returns ``(items, offsets, counts, residual)``: the packs left (CSR, each descending),
-    their counts, and what was dissolved.
-    """
-    left = -1
-    residual = np.zeros(L, np.int64)
-    for r in range(rounds):
-        items, offsets, counts, residual = _exchange_passes(items, offsets, counts, L, D, passes)
-        n_left = residual.sum()
-        if n_left == 0 or (left >= 0 and 50 * n_left >= 49 * left) or r == rounds - 1:  # shrinks by < 2 %
-            break
-        left = n_left
-        # int64 arguments, not literals: one compilation of exact_fill serves every caller
-        r_items, r_offsets, r_counts = exact_fill(residual, L, np.int64(0), np.int64(2))
-        items = np.concatenate((items, r_items))
-        offsets = np.concatenate((offsets, r_offsets[1:] + offsets[-1]))
-        counts = np.concatenate((counts, r_counts))
     return items, offsets, counts, residual

@@ -86,12 +86,43 @@ def _best_fill(h: np.ndarray, L: int, D: int, modes):
     return best
 
 
+def depth_repair(items, offsets, counts, L: int, D: int, rounds: int = 32, passes: int = 8):
+    """Make a plan of exactly-full packs respect a depth limit ``D`` by exchanges
+    (:mod:`packlib._kernels.exchange`). A pack of ``n > D`` sequences exchanges with roomy
+    packs until it holds at most ``D`` (each exchange appends the new pack, which is treated
+    again while too deep). What finds no partner is dissolved, packed again by the unlimited
+    exact fill (which mixes it anew) and those packs join the next round; up to ``rounds``
+    rounds, while each leaves at least 2 % fewer sequences over than the last (fewer rounds
+    cost seconds for a few packs where the depth nearly binds). The last round's leftovers
+    are returned as a residual histogram, for the caller to pack again.
+
+    ``(items, offsets, counts)`` as returned by :func:`packlib._kernels.optimal.exact_fill`.
+    Returns ``(items, offsets, counts, residual)``: the packs left (CSR, each descending),
+    their counts, and what was dissolved. (The rounds run here, between the two kernels,
+    so that neither is compiled again inside a kernel linking both.)
+    """
+    from .._kernels.exchange import exchange_passes
+    from .._kernels.optimal import exact_fill
+
+    L, D, left = int(L), int(D), -1
+    residual = np.zeros(L, np.int64)
+    for r in range(rounds):
+        items, offsets, counts, residual = exchange_passes(items, offsets, counts, L, D, int(passes))
+        n_left = int(residual.sum())
+        if n_left == 0 or (left >= 0 and 50 * n_left >= 49 * left) or r == rounds - 1:  # shrinks by < 2 %
+            break
+        left = n_left
+        r_items, r_offsets, r_counts = exact_fill(residual, L, 0, 2)
+        items = np.concatenate((items, r_items))
+        offsets = np.concatenate((offsets, r_offsets[1:] + offsets[-1]))
+        counts = np.concatenate((counts, r_counts))
+    return items, offsets, counts, residual
+
+
 def _repaired(unlimited, L: int, depth: int, modes):
     """The unlimited fill made to respect the depth limit by exchanges
     (:func:`packlib._kernels.exchange.depth_repair`), what no exchange fixed packed again
     by the depth-aware fill: ``(items, offsets, counts, how)``."""
-    from .._kernels.exchange import depth_repair
-
     items, offsets, cnt, residual = depth_repair(*unlimited, L, depth)
     if np.diff(offsets).max(initial=0) > depth:  # pragma: no cover - kernel invariant
         raise RuntimeError("depth_repair left a pack over the depth limit; please report this")

@@ -1,0 +1,78 @@
+"""A call's first use on a machine: the kernels it needs, compiled in two processes at once.
+
+On a new machine (an empty numba cache) a packer's first call spends nearly all its time
+compiling, one kernel after another. Where a call needs several kernels that do not call
+each other, :func:`compile_first_use` shares them with a helper interpreter when the cache is
+cold and the machine has a second core: this process compiles the first unit while the
+helper compiles the others into numba's cache, from which this process then loads them
+(:mod:`packlib._shared_compile`). The compiled code is the one a plain call compiles: each
+unit compiles its kernel for the argument types the call passes (``UNITS`` gives sample
+arguments of those types; ``tests/test_first_use.py`` checks they match).
+
+Nothing here is needed for correctness: with one core, a warm cache, a cache that cannot be
+written, or a helper that cannot start, the call compiles what it needs itself.
+"""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from ._jit import compile_for, is_compiled
+from ._shared_compile import compile_in_processes, helper_main, in_helper, usable_cores
+
+__all__ = ["compile_first_use", "NNLS_UNITS", "NNLS_CLASS_UNITS"]
+
+
+def _i64(*shape):
+    return np.zeros(shape, np.int64)
+
+
+def _f64(*shape):
+    return np.zeros(shape, np.float64)
+
+
+_N = np.int64(1)
+
+# unit -> (kernel module, kernel name, sample arguments of the types the calls pass)
+UNITS = {
+    "nnls.nnls_columns": ("nnls", "nnls_columns", lambda: (_f64(1), _f64(1), _N, _N, _N)),
+    "greedy.lpfhp": ("greedy", "lpfhp", lambda: (_i64(1), _N, _N)),
+    "nnls.settle_dummies": ("nnls", "settle_dummies", lambda: (_i64(1, 1), _i64(1), _i64(1), _i64(2))),
+    "nnls_grid.classes_to_lengths": ("nnls_grid", "classes_to_lengths",
+                                     lambda: (_i64(1, 1), _i64(1), _i64(1), _N, _N)),
+}
+
+#: :func:`packlib.nnls_pack`'s kernels, the costliest first.
+NNLS_UNITS = ("nnls.nnls_columns", "greedy.lpfhp", "nnls.settle_dummies")
+#: The same above its exact range (length classes).
+NNLS_CLASS_UNITS = NNLS_UNITS + ("nnls_grid.classes_to_lengths",)
+
+
+def _kernel(unit: str):
+    from importlib import import_module
+
+    module, name, _ = UNITS[unit]
+    return getattr(import_module(f"._kernels.{module}", __package__), name)
+
+
+def run_unit(unit: str) -> None:
+    """Compile (or load from the cache) one unit's kernel for its call's argument types."""
+    if unit not in UNITS:
+        raise ValueError(f"unknown compile unit {unit!r}: expected one of {', '.join(UNITS)}")
+    compile_for(_kernel(unit), *UNITS[unit][2]())
+
+
+def compile_first_use(units) -> None:
+    """Compile ``units`` in this process and a helper interpreter at once when two or more of
+    them are neither compiled in this process nor in numba's cache; otherwise do nothing
+    (each kernel then compiles or loads at its first call, as usual)."""
+    if in_helper() or usable_cores() < 2:
+        return
+    cold = [unit for unit in units if not is_compiled(_kernel(unit))]
+    if len(cold) >= 2:
+        compile_in_processes(cold, run_unit, 2, __name__)
+
+
+if __name__ == "__main__":  # a helper of compile_in_processes
+    sys.exit(helper_main(sys.argv[1:], run_unit))
