@@ -17,7 +17,17 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING
 
+from . import _hooks
 from ._version import __version__
+
+
+def _lower_bound(histogram, max_sequence_length, max_sequences_per_pack):
+    from .optimal import lower_bound
+
+    return lower_bound(histogram, max_sequence_length, max_sequences_per_pack)
+
+
+_hooks.lower_bound = _lower_bound  # PackingPlan.bound, for plans whose packer computed none
 
 # public name -> module that defines it (relative to this package)
 _EXPORTS = {

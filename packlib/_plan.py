@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import _hooks
 from ._deprecation import DEPRECATED_IN_0_2, warn_deprecated
 from ._histogram import _histogram
 from ._names import registry_name
 from ._packs import Packs, _Figures, _html_table
+from ._canonical import canonical_rows, csr_to_dense  # noqa: F401 (csr_to_dense: optimal's name for it)
 from ._validate import (
     as_depth,
     as_int_array,
@@ -22,6 +24,9 @@ from ._validate import (
 )
 
 __all__ = ["PackingPlan"]
+
+#: The share of a plan's efficiency above which its depth limit's cost is reported (``depth_note``).
+DEPTH_NOTE_COST = 0.03
 
 
 class PackingPlan(_Figures):
@@ -47,11 +52,12 @@ class PackingPlan(_Figures):
         Which packer produced the plan.
     lower_bound : int or None
         A proven lower bound on the number of packs for this histogram and depth, when the
-        packer computed one (see :func:`packlib.optimal_pack`); ``gap`` is then
-        ``num_packs - lower_bound``.
-    bound : LowerBound or None
-        The full proof behind ``lower_bound`` (with its checkable certificate), when the
-        packer computed one.
+        packer computed one (see :func:`packlib.optimal_pack`) or ``bound`` was asked for;
+        ``None`` until then.
+    bound : LowerBound
+        The full proof behind ``lower_bound``, with its checkable certificate: the packer's,
+        or :func:`packlib.lower_bound`'s, computed when first asked for (a plan of SPFHP,
+        LPFHP or NNLSHP) and kept. ``gap`` is ``num_packs - lower_bound``, computed likewise.
     status : int
         How the packer stopped, in the manner of :class:`scipy.optimize.OptimizeResult`:
         ``0`` finished normally; other codes are documented by the packer that sets them
@@ -65,7 +71,7 @@ class PackingPlan(_Figures):
 
 
     __slots__ = ("strategy_items", "strategy_offsets", "counts", "max_sequence_length", "max_sequences_per_pack",
-                 "method", "lower_bound", "info", "bound", "status", "message", "_dense")
+                 "method", "lower_bound", "info", "_bound", "status", "message", "_dense")
 
     def __init__(self, strategies, counts, max_sequence_length, max_sequences_per_pack=None, method="",
                  lower_bound=None, info=None, bound=None, status=0, message=""):
@@ -135,14 +141,15 @@ class PackingPlan(_Figures):
         for name, value in (("strategy_items", readonly(it)), ("strategy_offsets", readonly(off)),
                             ("counts", readonly(c)), ("max_sequence_length", L), ("max_sequences_per_pack", depth),
                             ("method", method), ("lower_bound", lower_bound), ("info", {} if info is None else info),
-                            ("bound", bound), ("status", status), ("message", message), ("_dense", None)):
+                            ("_bound", bound), ("status", status), ("message", message), ("_dense", None)):
             object.__setattr__(self, name, value)
 
     def __setattr__(self, name, value):
         raise AttributeError(f"PackingPlan is read-only: cannot set {name!r}")
 
     def __reduce__(self):
-        kwargs = {k: getattr(self, k) for k in ("method", "lower_bound", "info", "bound", "status", "message")}
+        kwargs = {k: getattr(self, k) for k in ("method", "lower_bound", "info", "status", "message")}
+        kwargs["bound"] = self._bound  # as it stands: pickling never computes it
         return (_from_ragged, (self.strategy_items, self.strategy_offsets, self.counts, self.max_sequence_length,
                                self.max_sequences_per_pack, kwargs))
 
@@ -202,9 +209,58 @@ class PackingPlan(_Figures):
         return self.status == 0
 
     @property
-    def gap(self) -> int | None:
-        """Packs above the proven lower bound (``None`` when no bound was computed)."""
-        return None if self.lower_bound is None else self.num_packs - int(self.lower_bound)
+    def bound(self):
+        """The proven lower bound on the packs of this histogram at this depth, with its
+        certificate (:class:`packlib.LowerBound`): the packer's, or computed now by
+        :func:`packlib.lower_bound` (once; ``lower_bound`` then holds it too)."""
+        if self._bound is None:
+            bound = _hooks.lower_bound(self.histogram(), self.max_sequence_length, self.max_sequences_per_pack)
+            object.__setattr__(self, "_bound", bound)
+            if self.lower_bound is None:
+                object.__setattr__(self, "lower_bound", int(bound.bound))
+        return self._bound
+
+    @property
+    def gap(self) -> int:
+        """Packs above the proven lower bound (``num_packs - lower_bound``); where the packer
+        computed no bound, :attr:`bound` computes it first."""
+        if self.lower_bound is None:
+            self.bound  # noqa: B018 - computes and keeps lower_bound
+        return self.num_packs - int(self.lower_bound)
+
+    @property
+    def depth_note(self) -> str:
+        """A sentence where the depth limit may cost this plan more than
+        :data:`DEPTH_NOTE_COST` of its efficiency, else ``""``: the padding in its packs that
+        hold the most sequences allowed (no further sequence could join them, whatever its
+        length), and the efficiency the tokens allow without a limit (an upper bound:
+        ``max(ceil(tokens / L), sequences longer than L / 2)`` packs), where that is more than
+        ``DEPTH_NOTE_COST`` above the plan's. Computed from the plan alone, no packing:
+        ``print(plan)`` and :func:`packlib.compare`'s table show it."""
+        cost = self._depth_cost()
+        if cost is None:
+            return ""
+        d = self.max_sequences_per_pack
+        allowed = "the 1 sequence" if d == 1 else f"the {d} sequences"
+        return (f"{100 * cost[0]:.1f} % of the room is padding in packs holding {allowed} allowed; without a "
+                f"depth limit (max_sequences_per_pack=None) these sequences can fill up to {100 * cost[1]:.2f} % "
+                "of their packs")
+
+    def _depth_cost(self):
+        """``(padding share in packs at the depth limit, efficiency the tokens allow without
+        one)`` where both exceed the plan's by ``DEPTH_NOTE_COST`` (see ``depth_note``), else ``None``."""
+        d, L, packs = self.max_sequences_per_pack, self.max_sequence_length, self.num_packs
+        if d is None or packs == 0:
+            return None
+        at_limit = np.diff(self.strategy_offsets) == d
+        closed_by_depth = int(self.counts[at_limit] @ (L - self.strategy_tokens()[at_limit]))
+        if closed_by_depth <= DEPTH_NOTE_COST * packs * L:
+            return None
+        long_ones = int(self.histogram()[L // 2:].sum())  # longer than L / 2: a pack each, whatever the depth
+        unlimited = self.num_tokens / (L * max(-(-self.num_tokens // L), long_ones))
+        if unlimited - self.efficiency <= DEPTH_NOTE_COST:
+            return None
+        return closed_by_depth / (packs * L), unlimited
 
     @property
     def max_pack_size(self) -> int:
@@ -354,6 +410,8 @@ class PackingPlan(_Figures):
         ]
         if self.lower_bound is not None:
             lines.append(f"  lower bound  {int(self.lower_bound):,} packs (gap {self.gap:,} packs)")
+        if self.depth_note:
+            lines.append(f"  depth limit  {self.depth_note}")
         if self.num_strategies:
             lines.append("  top strategies:")
             for lens, cnt in self.top_strategies(top):
@@ -374,6 +432,8 @@ class PackingPlan(_Figures):
         ]
         if self.lower_bound is not None:
             rows.append(("lower bound (gap)", f"{int(self.lower_bound):,} ({self.gap:,})"))
+        if self.depth_note:
+            rows.append(("depth limit", self.depth_note))
         rows += [(f"{count:,} ×", str(lengths)) for lengths, count in self.top_strategies(5)]
         return _html_table(f"PackingPlan: {self.num_strategies:,} strategies", rows)
 
@@ -387,45 +447,6 @@ class PackingPlan(_Figures):
 
 
 PackingPlan.__module__ = "packlib"  # reprs name the public path, which never moves
-
-
-def csr_to_dense(items: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """Rows in CSR form as a zero-padded ``(rows, widest)`` int64 array."""
-    sizes = np.diff(offsets)
-    dense = np.zeros((sizes.size, int(sizes.max(initial=0))), dtype=np.int64)
-    dense[np.repeat(np.arange(sizes.size), sizes), np.arange(items.size) - np.repeat(offsets[:-1], sizes)] = items
-    return dense
-
-
-#: The most entries (rows x widest row) a plan is put in canonical form with numpy; a
-#: larger one goes to the kernel, which works in place of the ragged rows.
-DENSE_CANONICAL_ENTRIES = 1 << 22
-
-
-def canonical_rows(items: np.ndarray, offsets: np.ndarray, counts: np.ndarray):
-    """A plan in its one form (CSR in, CSR out ``(items, offsets, counts)``): each row's
-    non-zero entries descending, rows with a zero count or no entries dropped, equal rows
-    merged (counts added), rows in lexicographically descending order (a longer row first
-    where one is a prefix of the other). The same as the kernel
-    :func:`packlib._kernels.csr.canonical_rows`, which it calls for very large plans only:
-    a plan from a histogram packer is small, and numpy needs no compiling."""
-    sizes = np.diff(offsets)
-    if counts.size * int(sizes.max(initial=0)) > DENSE_CANONICAL_ENTRIES:
-        from ._kernels.csr import canonical_rows as kernel
-
-        return kernel(readonly_view(items), readonly_view(offsets), readonly_view(counts))
-    rows = -np.sort(-csr_to_dense(items, offsets), axis=1)  # each row descending, zeros last
-    keep = (counts > 0) & (rows[:, 0] > 0) if rows.shape[1] else np.zeros(counts.size, bool)
-    rows, counts = rows[keep], counts[keep]
-    rows = rows[:, :int((rows > 0).sum(axis=1).max(initial=0))]
-    if rows.size == 0:
-        return np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(0, np.int64)
-    order = np.lexsort([-rows[:, j] for j in range(rows.shape[1] - 1, -1, -1)])  # column 0 the first key
-    rows, counts = rows[order], counts[order]
-    first = np.flatnonzero(np.concatenate(([True], (rows[1:] != rows[:-1]).any(axis=1))))
-    rows, counts = rows[first], np.add.reduceat(counts, first).astype(np.int64)
-    offsets = np.concatenate(([0], np.cumsum((rows > 0).sum(axis=1)))).astype(np.int64)
-    return np.ascontiguousarray(rows[rows > 0], dtype=np.int64), offsets, counts
 
 
 def _from_ragged(items, offsets, counts, L, depth, kwargs):

@@ -307,7 +307,19 @@ def _depth_rows(h, L, d, packers, named=True, bar=None, time_limit=None) -> list
     if bound is None:
         bound = _lower_bound_or_none(h, L, d)
     limit = _speedup_limit(h, L)
+    _note_depth_cost(plans, packers, notes)
     return [_row(name, d, plans.get(name), bound, seconds[name], notes.get(name, ""), limit) for name in packers]
+
+
+def _note_depth_cost(plans, packers, notes) -> None:
+    """A note on the first row of a depth whose limit costs its plan a few percent of
+    efficiency (:attr:`packlib.PackingPlan.depth_note`): one note a depth, not one a method."""
+    for name in packers:
+        cost = plans[name]._depth_cost() if name in plans else None
+        if cost is not None:
+            text = f"{100 * cost[0]:.1f} % padding in packs at the depth limit; unlimited: up to {100 * cost[1]:.2f} %"
+            notes[name] = "; ".join(filter(None, [notes.get(name), text]))
+            return
 
 
 def _row(name, d, plan, bound, seconds, note, limit) -> ComparisonRow:

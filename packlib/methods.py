@@ -22,7 +22,22 @@ from typing import Callable
 
 from ._names import ALIASES, NAMES
 
-__all__ = ["Method", "get", "names", "pack"]
+__all__ = ["Method", "get", "names", "pack", "METHOD_DEFAULT"]
+
+
+class _MethodDefault:
+    """:func:`pack`'s default depth: the method's own (:attr:`Method.default_depth`)."""
+
+    def __repr__(self) -> str:
+        return "METHOD_DEFAULT"
+
+    def __reduce__(self):
+        return "METHOD_DEFAULT"
+
+
+#: :func:`pack`'s default ``max_sequences_per_pack``: each method's own default depth (3 for
+#: the histogram methods, as their functions; unlimited for the per-sequence ones).
+METHOD_DEFAULT = _MethodDefault()
 
 
 @dataclass(frozen=True)
@@ -40,6 +55,10 @@ class Method:
         (``packer(lengths, max_sequence_length, max_sequences_per_pack=None)``).
     summary : str
         One line for tables and ``--help``.
+    default_depth : int or None
+        The depth limit its function takes by default, and :func:`pack` with it: the paper's
+        3 for the histogram methods (NNLSHP's work grows with the depth, and BERT-style
+        attention's cost with sequences per row), unlimited for the per-sequence ones.
     """
 
     name: str
@@ -48,6 +67,10 @@ class Method:
     _module: str
     _function: str
     _checked: str
+
+    @property
+    def default_depth(self) -> int | None:
+        return 3 if self.kind == "histogram" else None
 
     @property
     def function(self) -> Callable:
@@ -114,18 +137,27 @@ def get(name, *, kind: str | None = None) -> Method:
     return method
 
 
-def pack(lengths, max_sequence_length, max_sequences_per_pack=None, *, method: str = "bfd", seed: int = 0):
+def pack(lengths, max_sequence_length, max_sequences_per_pack=METHOD_DEFAULT, *, method: str = "bfd",
+         seed: int = 0):
     """Pack sequences of the given lengths with any registered method; returns :class:`~packlib.Packs`.
 
     Sequence methods (``"bfd"``, ``"ffd"``) pack the lengths directly. Histogram methods
     (``"nnls"``, ``"optimal"``, ``"lpfhp"``, ``"spfhp"``) pack their histogram into a plan,
-    which is then assigned sample ids (:meth:`~packlib.PackingPlan.assign`, from ``seed``).
-    Either way the same lengths, arguments and seed give the same packs.
+    which is then assigned sample ids (:meth:`~packlib.PackingPlan.assign`, from ``seed``):
+    the plan the method's own function makes, ``packlib.nnls_pack(packlib.histogram(lengths,
+    L))`` for ``"nnls"``, its depth included. Either way the same lengths, arguments and seed
+    give the same packs.
 
     Parameters
     ----------
-    lengths, max_sequence_length, max_sequences_per_pack
+    lengths, max_sequence_length
         As for :func:`packlib.ffd_pack`.
+    max_sequences_per_pack : int or None, default: the method's
+        Depth limit; ``None`` for unlimited. By default the method's own
+        (:attr:`Method.default_depth`): 3 for the histogram methods, as ``nnls_pack`` and the
+        others (the paper's), unlimited for ``"bfd"`` and ``"ffd"``. Where the default depth
+        costs the packs a few percent of efficiency, a ``UserWarning`` says so and names
+        ``max_sequences_per_pack=None``.
     method : str, default "bfd"
         A name from :func:`names`.
     seed : int, default 0
@@ -149,12 +181,16 @@ def pack(lengths, max_sequence_length, max_sequences_per_pack=None, *, method: s
 
     m = get(method)
     L = as_positive_int(max_sequence_length, "max_sequence_length")
-    return _pack(as_lengths(lengths, L), L, as_depth(max_sequences_per_pack), m, as_seed(seed))
+    default = max_sequences_per_pack is METHOD_DEFAULT
+    depth = m.default_depth if default else as_depth(max_sequences_per_pack)
+    return _pack(as_lengths(lengths, L), L, depth, m, as_seed(seed), warn_depth=default)
 
 
-def _pack(lengths, max_sequence_length: int, max_sequences_per_pack, method: Method, seed: int):
+def _pack(lengths, max_sequence_length: int, max_sequences_per_pack, method: Method, seed: int, *,
+          warn_depth: bool = False):
     """:func:`pack` of arguments already checked (int64 lengths in ``[1, L]``, a
-    :class:`Method`, a seed in ``[0, 2**64)``): what adapters call after their one check."""
+    :class:`Method`, a seed in ``[0, 2**64)``): what adapters call after their one check.
+    ``warn_depth``: the depth is the method's default, and a warning says where it costs."""
     from ._histogram import MAX_HISTOGRAM_LENGTH, _histogram
     from ._validate import as_positive_int
 
@@ -164,4 +200,9 @@ def _pack(lengths, max_sequence_length: int, max_sequences_per_pack, method: Met
     as_positive_int(L, "max_sequence_length", maximum=MAX_HISTOGRAM_LENGTH,
                     hint=f"the {method.name} method packs a histogram, one count per length; use method='bfd' or 'ffd'")
     plan = method._run(_histogram(lengths, L), L, depth)
+    if warn_depth and plan.depth_note:
+        import warnings
+
+        warnings.warn(f"pack(method={method.name!r}) packs at most {depth} sequences a pack by default (the "
+                      f"paper's, as {method.name}_pack): {plan.depth_note}", UserWarning, stacklevel=3)
     return plan._assign(lengths, seed)

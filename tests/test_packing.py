@@ -257,7 +257,7 @@ def test_canonical_form_in_numpy_equals_the_kernel(rows):
     """Plans are put in their one form with numpy (no compile on a first call), and with the
     kernel when very large: both forms agree on any rows, zeros, empty rows, zero counts."""
     from packlib._kernels.csr import canonical_rows as kernel
-    from packlib._plan import canonical_rows
+    from packlib._canonical import canonical_rows
 
     sizes = [len(r) for r, _ in rows]
     items = np.array([x for r, _ in rows for x in r], dtype=np.int64)

@@ -433,3 +433,34 @@ def test_the_documented_loop_killed_and_resumed_on_two_ranks(tmp_path):
         assert all(torch.equal(params[0][k], other[k]) for k in params[0])
     seen = [json.loads((d / f"seen-{r}.json").read_text()) for d in (full, killed) for r in range(2)]
     assert max(s["worst"] for s in seen) <= 1e-4 and min(s["rows"] for s in seen) >= 4
+
+
+def test_sft_trainers_max_length_cutting_packed_rows_is_refused_naming_it(tmp_path):
+    """TRL's SFTTrainer cuts every row to SFTConfig's max_length (1024 by default): packed rows
+    longer than that reach the collator cut, and are refused before the first step, naming
+    max_length=None and the packed length; with max_length=None the same rows train."""
+    try:
+        import trl
+    except Exception as e:  # trl is installed without its dependencies in some setups
+        pytest.skip(f"trl does not import: {e}")
+    from tests import test_docs_blocks as docs
+
+    ns = {}
+    docs._training_sft(ns, tmp_path, None)
+    from packlib.formats.arrow import pack_dataset
+
+    packed = pack_dataset(ns["dataset"], 128, overflow="split")
+    longest = max(sum(r) for r in packed["seq_lengths"])
+    assert longest > 48
+    for max_length, ok in ((48, False), (None, True)):
+        args = trl.SFTConfig(str(tmp_path / "out"), per_device_train_batch_size=1, max_steps=1, report_to=[],
+                             bf16=False, use_cpu=True, max_length=max_length, save_strategy="no")
+        trainer = trl.SFTTrainer(model=docs._tiny_model(), args=args, train_dataset=packed, processing_class=ns["tokenizer"],
+                                 data_collator=PackedCollator())
+        before = [p.detach().clone() for p in trainer.model.parameters()]
+        if ok:
+            trainer.train()
+            continue
+        with pytest.raises(ValueError, match=r"max_length=None \(or at least \d+, the packed length\)"):
+            trainer.train()
+        assert all(torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))

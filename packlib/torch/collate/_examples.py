@@ -67,6 +67,12 @@ def _sequence_lengths(ids: np.ndarray, example: Mapping, k: int) -> np.ndarray:
     lens = None
     if seq_lengths is not None:
         lens = as_int_array(seq_lengths, f"examples[{k}]['seq_lengths']", allow_empty=False, minimum=1)
+        if int(lens.sum()) > ids.size:  # the tokens were cut after packing
+            raise ValueError(
+                f"examples[{k}]['seq_lengths'] sum to {int(lens.sum())} but its input_ids hold {ids.size} tokens: the "
+                f"row was truncated after it was packed. TRL's SFTTrainer cuts every row to SFTConfig's max_length "
+                f"(1024 by default): pass max_length=None (or at least {int(lens.sum())}, the packed length) with "
+                "packed rows, or pack them to at most max_length")
         if int(lens.sum()) != ids.size:
             raise ValueError(
                 f"examples[{k}]['seq_lengths'] sum to {int(lens.sum())} but its input_ids hold {ids.size} tokens: "
