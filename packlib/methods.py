@@ -22,22 +22,8 @@ from typing import Callable
 
 from ._names import ALIASES, NAMES
 
-__all__ = ["Method", "get", "names", "pack", "METHOD_DEFAULT"]
+__all__ = ["Method", "get", "names", "pack"]
 
-
-class _MethodDefault:
-    """:func:`pack`'s default depth: the method's own (:attr:`Method.default_depth`)."""
-
-    def __repr__(self) -> str:
-        return "METHOD_DEFAULT"
-
-    def __reduce__(self):
-        return "METHOD_DEFAULT"
-
-
-#: :func:`pack`'s default ``max_sequences_per_pack``: each method's own default depth (3 for
-#: the histogram methods, as their functions; unlimited for the per-sequence ones).
-METHOD_DEFAULT = _MethodDefault()
 
 
 @dataclass(frozen=True)
@@ -137,8 +123,7 @@ def get(name, *, kind: str | None = None) -> Method:
     return method
 
 
-def pack(lengths, max_sequence_length, max_sequences_per_pack=METHOD_DEFAULT, *, method: str = "bfd",
-         seed: int = 0):
+def pack(lengths, max_sequence_length, max_sequences_per_pack="default", *, method: str = "bfd", seed: int = 0):
     """Pack sequences of the given lengths with any registered method; returns :class:`~packlib.Packs`.
 
     Sequence methods (``"bfd"``, ``"ffd"``) pack the lengths directly. Histogram methods
@@ -152,8 +137,8 @@ def pack(lengths, max_sequence_length, max_sequences_per_pack=METHOD_DEFAULT, *,
     ----------
     lengths, max_sequence_length
         As for :func:`packlib.ffd_pack`.
-    max_sequences_per_pack : int or None, default: the method's
-        Depth limit; ``None`` for unlimited. By default the method's own
+    max_sequences_per_pack : int, None or "default", default "default"
+        Depth limit; ``None`` for unlimited; ``"default"``: the method's own
         (:attr:`Method.default_depth`): 3 for the histogram methods, as ``nnls_pack`` and the
         others (the paper's), unlimited for ``"bfd"`` and ``"ffd"``. Where the default depth
         costs the packs a few percent of efficiency, a ``UserWarning`` says so and names
@@ -181,7 +166,7 @@ def pack(lengths, max_sequence_length, max_sequences_per_pack=METHOD_DEFAULT, *,
 
     m = get(method)
     L = as_positive_int(max_sequence_length, "max_sequence_length")
-    default = max_sequences_per_pack is METHOD_DEFAULT
+    default = isinstance(max_sequences_per_pack, str) and max_sequences_per_pack == "default"
     depth = m.default_depth if default else as_depth(max_sequences_per_pack)
     return _pack(as_lengths(lengths, L), L, depth, m, as_seed(seed), warn_depth=default)
 
