@@ -3,8 +3,10 @@
 Every kernel in :mod:`packlib._kernels` is decorated with :func:`jit`; no other module
 imports numba or passes numba options (``tests/test_lint.py`` checks it).
 
-- ``cache=True``: compiled code is written next to the module (or to ``NUMBA_CACHE_DIR``),
-  so only the first call on a machine pays for compilation.
+- ``cache=True``: compiled code is written next to the module (or to ``NUMBA_CACHE_DIR``;
+  where the package is read-only, to numba's user-wide cache, ``~/.cache/numba``), so only
+  the first call on a machine pays for compilation. Where no cache can be written at all,
+  a one-line note says so and kernels compile uncached.
 - ``nogil=True``: kernels release the GIL, so callers may run them from threads (the
   threaded builds of :func:`packlib.blend` do; numba's ``parallel=True`` is not used: its
   cached code has crashed when the thread count changed, pynndescent #175).
@@ -74,10 +76,30 @@ def jit(fn):
     """Compile ``fn`` as a serial, cached, GIL-free kernel; without a CPython entry point when
     its name is private (``_name``: called only by other kernels)."""
     inner = fn.__name__.startswith("_")
-    kernel = numba.njit(**_SERIAL, **({"no_cpython_wrapper": True} if inner else {}))(fn)
+    options = dict(_SERIAL, **({"no_cpython_wrapper": True} if inner else {}))
+    try:
+        kernel = numba.njit(**options)(fn)
+    except RuntimeError as err:  # numba: "cannot cache function ...: no locator available"
+        if "cannot cache" not in str(err):
+            raise
+        _note_no_cache()
+        kernel = numba.njit(**dict(options, cache=False))(fn)
     if inner and isinstance(kernel, CPUDispatcher):  # not under NUMBA_DISABLE_JIT
         kernel.__class__ = _InnerKernel
     return kernel
+
+
+_no_cache_noted = False
+
+
+def _note_no_cache() -> None:
+    """Say once, in one line, that nothing can be cached here (the kernels still work)."""
+    global _no_cache_noted
+    if not _no_cache_noted:
+        _no_cache_noted = True
+        print("packlib: numba can write its cache nowhere here (NUMBA_CACHE_DIR, the package's __pycache__ and "
+              "~/.cache are read-only): kernels compile in every new process; set NUMBA_CACHE_DIR to a writable "
+              "directory to keep them", file=sys.stderr, flush=True)
 
 
 def compile_for(kernel, *sample_args) -> None:
