@@ -1,78 +1,152 @@
-"""Benchmark: a newcomer's first calls, each in a fresh interpreter.
+"""Benchmark: a newcomer's first calls, each in a fresh interpreter, beside a baseline checkout.
 
-    python benchmarks/bench_first_call.py
+    python benchmarks/bench_first_call.py                       # this checkout, median of 3
+    python benchmarks/bench_first_call.py --against ../old      # and another checkout, interleaved
+    python benchmarks/bench_first_call.py --rows nnls512 compare2048 --repeat 5
+    python benchmarks/bench_first_call.py --demo                # + `python -m packlib demo`, cold
 
-- the demo's kernels from a cold numba cache (a new ``NUMBA_CACHE_DIR``), compiled in one
-  process (the baseline) and shared by two (``packlib._warmup.warm_in_processes``, as
-  ``python -m packlib demo`` does on a machine with two cores);
-- ``packlib.compare`` on 20,000 lognormal lengths (median 200, sigma 0.9) at L = 1,024,
-  every histogram method at depths 2, 3 and unlimited, the first call of a fresh process
-  with the cache warm: its depths one after the other (the baseline: one usable core) and
-  in threads.
+Each run is a new process; "cold" is an empty ``NUMBA_CACHE_DIR`` (a new machine, a fresh
+container, a CI job), "warm" the cache the cold run just wrote, "read-only" a copy of the
+package that cannot be written (numba's user-wide cache, in a fresh ``HOME``, as on a cluster
+node whose site-packages is read-only; run as an unprivileged user where ``setpriv`` exists,
+since root writes anywhere). Every row's time runs from before ``import packlib`` to the
+call's return; its peak resident memory beside it (the largest process: the caller or its
+compile helper). Rows:
 
-Each row is a separate interpreter; its peak resident memory is printed beside its time.
+- ``nnls512``: ``packlib.nnls_pack(h)``, the bundled Wikipedia histogram (16.3 M sequences);
+- ``nnls2048``: ``nnls_pack`` on 200,000 lognormal lengths (median 512, sigma 0.9), L = 2048;
+- ``compare2048``: ``packlib.compare(h)`` on the same histogram, its defaults;
+- ``warm2048``: ``nnls2048`` again in a new process, the cache warm;
+- ``readonly2048``: ``nnls2048`` in a second process of a read-only install.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import pathlib
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
-_DEMO = """
+_CALL = """
 import json, resource, sys, time
-from packlib.cli import _demo_units
-from packlib._warmup import run_unit, warm_in_processes
-units = _demo_units(["spfhp", "lpfhp", "nnls", "optimal"], [3, None])
 t0 = time.perf_counter()
-warm_in_processes(units, int(sys.argv[1]))
-for unit in units:
-    run_unit(unit)
-print(json.dumps([time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss]))
-"""
-
-_COMPARE = """
-import json, resource, sys, time
 import numpy as np
 import packlib
-from packlib import comparison
-if sys.argv[1] == "1":
-    comparison.usable_cores = lambda: 1
-rng = np.random.default_rng(0)
-lengths = np.clip(np.rint(rng.lognormal(np.log(200), 0.9, 20000)), 1, 1024).astype(int)
-h = np.bincount(lengths - 1, minlength=1024)
-t0 = time.perf_counter()
-packlib.compare(h, 1024)
-print(json.dumps([time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss]))
+assert packlib.__file__.startswith(sys.argv[2]), (packlib.__file__, sys.argv[2])
+if sys.argv[1] == "nnls512":
+    h = packlib.datasets.wikipedia_512()
+    result = packlib.nnls_pack(h).num_packs
+else:
+    rng = np.random.default_rng(0)
+    lengths = np.clip(np.rint(rng.lognormal(np.log(512), 0.9, 200_000)), 1, 2048).astype(np.int64)
+    h = packlib.histogram(lengths, 2048)
+    result = len(packlib.compare(h)) if sys.argv[1] == "compare2048" else packlib.nnls_pack(h).num_packs
+seconds = time.perf_counter() - t0
+peak = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+print(json.dumps([seconds, peak / 1024, result]))
 """
 
+ROWS = {
+    "nnls512": "cold `import packlib; packlib.nnls_pack(h)`, Wikipedia L = 512",
+    "nnls2048": "cold `nnls_pack`, 200,000 lognormal lengths, L = 2048",
+    "compare2048": "cold `packlib.compare(h)`, the same, L = 2048",
+    "warm2048": "warm `nnls_pack` with the import, L = 2048 (second process)",
+    "readonly2048": "read-only install, second process, L = 2048",
+}
 
-def _run(code: str, arg: str, cache: str) -> tuple[float, float]:
-    env = dict(os.environ, NUMBA_CACHE_DIR=cache, PYTHONPATH=str(ROOT))
-    out = subprocess.run([sys.executable, "-c", code, arg], env=env, capture_output=True, text=True, check=True)
-    seconds, peak_kib = json.loads(out.stdout.strip().splitlines()[-1])
-    return seconds, peak_kib / 1024
+
+def _env(root: pathlib.Path, cache: str | None, home: str | None = None) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "PYTHONPATH")}
+    env["PYTHONPATH"] = str(root)
+    if cache:
+        env["NUMBA_CACHE_DIR"] = cache
+    if home:
+        env["HOME"] = home
+    return env
+
+
+def _run(row: str, root: pathlib.Path, env: dict, user: list[str] | None = None) -> tuple[float, float]:
+    call = "compare2048" if row == "compare2048" else ("nnls512" if row == "nnls512" else "nnls2048")
+    cmd = (user or []) + [sys.executable, "-c", _CALL, call, str(root)]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True, cwd=tempfile.gettempdir())
+    seconds, peak_mib, _ = json.loads(out.stdout.strip().splitlines()[-1])
+    return seconds, peak_mib
+
+
+def _unprivileged() -> list[str] | None:
+    """A prefix that runs a command as nobody (root writes read-only files), or None."""
+    if os.geteuid() != 0:
+        return []
+    return ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if shutil.which("setpriv") else None
+
+
+def measure(row: str, root: pathlib.Path) -> tuple[float, float]:
+    """One measurement of ``row`` for the checkout at ``root``, in fresh processes."""
+    with tempfile.TemporaryDirectory() as cache:
+        if row in ("nnls512", "nnls2048", "compare2048"):
+            return _run(row, root, _env(root, cache))
+        if row == "warm2048":
+            _run("nnls2048", root, _env(root, cache))
+            return _run(row, root, _env(root, cache))
+        user = _unprivileged()
+        if user is None:
+            raise RuntimeError("read-only row: run as a user other than root, or install setpriv")
+        site, home = pathlib.Path(cache) / "site", pathlib.Path(cache) / "home"
+        shutil.copytree(root / "packlib", site / "packlib", ignore=shutil.ignore_patterns("__pycache__"))
+        home.mkdir()
+        os.chmod(cache, 0o755)
+        os.chmod(home, 0o777)
+        for path in [site, *site.rglob("*")]:
+            os.chmod(path, 0o555 if path.is_dir() else 0o444)
+        env = _env(site, None, str(home))
+        _run("nnls2048", site, env, user)
+        return _run(row, site, env, user)
 
 
 def main() -> None:
-    rows = []
-    for processes in ("1", "2"):
-        with tempfile.TemporaryDirectory() as cold:
-            rows.append((f"demo kernels, cold cache, {processes} process(es)", *_run(_DEMO, processes, cold)))
-    with tempfile.TemporaryDirectory() as cache:
-        _run(_COMPARE, "2", cache)  # fills the cache
-        for threads in ("1", "2"):
-            label = "one depth at a time" if threads == "1" else "depths in threads"
-            rows.append((f"compare, 20,000 lengths at L = 1,024, warm cache, {label}", *_run(_COMPARE, threads, cache)))
-    print("| first call (fresh interpreter) | seconds | peak memory |")
-    print("|---|---:|---:|")
-    for label, seconds, peak in rows:
-        print(f"| {label} | {seconds:.1f} | {peak:,.0f} MiB |")
-    print(f"\ndemo: two processes {rows[0][1] / rows[1][1]:.2f}x faster; compare: threads {rows[2][1] / rows[3][1]:.2f}x faster")
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--against", metavar="DIR", help="another checkout, measured interleaved (the baseline)")
+    ap.add_argument("--rows", nargs="+", choices=list(ROWS), default=list(ROWS))
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--demo", action="store_true", help="also `python -m packlib demo`, cold")
+    args = ap.parse_args()
+    roots = [ROOT] + ([pathlib.Path(args.against).resolve()] if args.against else [])
+    times = {(row, r): [] for row in args.rows for r in roots}
+    peaks = {(row, r): [] for row in args.rows for r in roots}
+    for _ in range(args.repeat):
+        for row in args.rows:
+            for root in roots:
+                seconds, peak = measure(row, root)
+                times[row, root].append(seconds)
+                peaks[row, root].append(peak)
+    head = "| first call | this checkout (min–max) | peak |"
+    head += " baseline (min–max) | peak | baseline / this |" if args.against else ""
+    print(head)
+    print("|---" * (head.count("|") - 1) + "|")
+    for row in args.rows:
+        cells = [ROWS[row]]
+        for root in roots:
+            t = times[row, root]
+            cells += [f"{statistics.median(t):.2f} s ({min(t):.2f}–{max(t):.2f})", f"{max(peaks[row, root]):,.0f} MiB"]
+        if args.against:
+            cells.append(f"{statistics.median(times[row, roots[1]]) / statistics.median(times[row, ROOT]):.2f}x")
+        print("| " + " | ".join(cells) + " |")
+    if args.demo:
+        for root in roots:
+            with tempfile.TemporaryDirectory() as cache:
+                import time
+
+                t0 = time.perf_counter()
+                subprocess.run([sys.executable, "-m", "packlib", "demo"], env=_env(root, cache), check=True,
+                               capture_output=True, cwd=tempfile.gettempdir())
+                print(f"`python -m packlib demo`, cold cache, {root}: {time.perf_counter() - t0:.1f} s")
+    print(f"\n({args.repeat} runs each, interleaved; {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f} at the end)")
 
 
 if __name__ == "__main__":

@@ -33,6 +33,10 @@ def canonical_rows(items: np.ndarray, offsets: np.ndarray, counts: np.ndarray):
         from ._kernels.csr import canonical_rows as kernel
 
         return kernel(readonly_view(items), readonly_view(offsets), readonly_view(counts))
+    nonzero = items > 0
+    if not nonzero.all():  # a zero-padded dense plan: its zeros dropped first, so rows are only as wide as needed
+        per_row = np.bincount(np.repeat(np.arange(sizes.size), sizes)[nonzero], minlength=sizes.size)
+        items, offsets = items[nonzero], np.concatenate(([0], np.cumsum(per_row))).astype(np.int64)
     rows = -np.sort(-csr_to_dense(items, offsets), axis=1)  # each row descending, zeros last
     keep = (counts > 0) & (rows[:, 0] > 0) if rows.shape[1] else np.zeros(counts.size, bool)
     rows, counts = rows[keep], counts[keep]

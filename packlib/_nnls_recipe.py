@@ -38,12 +38,11 @@ def nnls_recipe(h: np.ndarray, L: int, D: int, w: np.ndarray, max_iterations: in
         taken = np.flatnonzero(counts > 0)
         if taken.size == 0:
             break
-        rows = _column_rows(col_len[taken], col_mult[taken], col_n[taken], width)
-        groups.append(rows)
+        lens, mults, row_of = _column_parts(col_len[taken], col_mult[taken], col_n[taken])
+        groups.append(_column_rows(lens, mults, row_of, taken.size, width))
         group_counts.append(counts[taken])
         used = np.zeros(L + 1, np.int64)
-        for i, c in zip(taken, counts[taken]):
-            np.add.at(used, col_len[i, :col_n[i]], c * col_mult[i, :col_n[i]])
+        np.add.at(used, lens, mults * counts[taken][row_of])
         resid = b - used[1:]
         padding[1:] -= np.minimum(resid, 0)
         b = np.maximum(resid, 0)
@@ -54,14 +53,23 @@ def nnls_recipe(h: np.ndarray, L: int, D: int, w: np.ndarray, max_iterations: in
     return _stack(rows, counts, rest_rows, rest_counts), iterations
 
 
-def _column_rows(col_len, col_mult, col_n, width):
-    """Rows of lengths, descending and zero-padded to ``width``, of the NNLS columns
-    (distinct lengths ascending, with multiplicities)."""
-    rows = np.zeros((col_n.size, width), np.int64)
-    for r in range(col_n.size):
-        n = col_n[r]
-        parts = np.repeat(col_len[r, :n][::-1], col_mult[r, :n][::-1])
-        rows[r, :parts.size] = parts
+def _column_parts(col_len, col_mult, col_n):
+    """Each NNLS column's distinct lengths (ascending, ``col_n`` of them) in descending order,
+    flat: ``(lengths, multiplicities, column of each)``."""
+    back = col_n[:, None] - 1 - np.arange(col_len.shape[1])  # the entries of each row, last first
+    valid = back >= 0
+    at = np.maximum(back, 0)
+    lens = np.take_along_axis(col_len, at, axis=1)[valid]
+    mults = np.take_along_axis(col_mult, at, axis=1)[valid]
+    return lens, mults, np.repeat(np.arange(col_n.size), col_n)
+
+
+def _column_rows(lens, mults, row_of, n_rows, width):
+    """Rows of lengths, descending and zero-padded to ``width``, of the columns' parts."""
+    parts, part_row = np.repeat(lens, mults), np.repeat(row_of, mults)
+    sizes = np.bincount(part_row, minlength=n_rows)
+    rows = np.zeros((n_rows, width), np.int64)
+    rows[part_row, np.arange(parts.size) - np.repeat(np.cumsum(sizes) - sizes, sizes)] = parts
     return rows
 
 
@@ -85,11 +93,13 @@ def repack_underfilled(rows: np.ndarray, counts: np.ndarray, L: int, D: int):
 
     L, D = int(L), int(D)
     fill = rows.sum(axis=1)
+    row_of, slot = np.nonzero(rows)  # every sequence of the plan: its pack group and length
+    lengths, times = rows[row_of, slot] - 1, counts[row_of]
     best_total, best_threshold = int(counts.sum()), -1
     for k in range(5):
         threshold = L - (L >> (k + 1)) if k < 4 else L  # L/2, 3L/4, 7L/8, 15L/16, L
         below = fill < threshold
-        sub = _histogram_of(rows[below], counts[below], L)
+        sub = _histogram_of(lengths, times, below[row_of], L)
         total = int(counts[~below].sum())
         if total + _packs_needed(sub, L, D) >= best_total:
             continue  # no packing of these sequences can win: LPFHP's would not either
@@ -99,17 +109,14 @@ def repack_underfilled(rows: np.ndarray, counts: np.ndarray, L: int, D: int):
     if best_threshold < 0:
         return rows, counts
     below = fill < best_threshold
-    sub_rows, sub_counts = lpfhp(_histogram_of(rows[below], counts[below], L), L, D)
+    sub_rows, sub_counts = lpfhp(_histogram_of(lengths, times, below[row_of], L), L, D)
     return _stack(rows[~below], counts[~below], sub_rows, sub_counts)
 
 
-def _histogram_of(rows, counts, L):
-    """The length histogram (``int64``, ``L`` lengths) of the packs ``rows`` x ``counts``."""
-    lengths = rows[rows > 0]
-    times = np.broadcast_to(counts[:, None], rows.shape)[rows > 0]
-    sub = np.zeros(L, np.int64)
-    np.add.at(sub, lengths - 1, times)
-    return sub
+def _histogram_of(lengths, times, chosen, L):
+    """The length histogram (``int64``, ``L`` lengths) of the ``chosen`` sequences (0-based
+    ``lengths``, each ``times`` times): exact, every count far below 2**53."""
+    return np.rint(np.bincount(lengths[chosen], weights=times[chosen], minlength=L)).astype(np.int64)
 
 
 def _packs_needed(sub, L, D) -> int:

@@ -81,17 +81,22 @@ def warm_in_processes(units, processes: int) -> None:
 def run_unit(unit: str) -> None:
     """Compile (or load) one unit's kernels in this process, the unit named by a string that
     a helper interpreter can be given (:mod:`packlib._shared_compile`): ``"family:NAME"``,
-    one kernel family of :func:`warmup`, or a method's unit of
+    one kernel family of :func:`warmup`; ``"assign"``, :meth:`PackingPlan.assign` alone; or a
+    method's unit of
     :func:`packlib._method_warmup.run_unit` (``"method:NAME:DEPTH"``,
     ``"optimal-kernels:optimal:DEPTH"``)."""
     kind, _, rest = unit.partition(":")
     if kind == "family":
         dict(_FAMILIES)[rest]()
+    elif unit == "assign":  # PackingPlan.assign alone (the demo's)
+        from .packing import lpfhp_pack
+
+        lpfhp_pack(_H, max_sequence_length=_L).assign(_LENGTHS, seed=0)
     elif kind in ("method", "optimal-kernels"):
         _method_warmup.run_unit(unit)
     else:
-        raise ValueError(f"unknown compile unit {unit!r}: expected 'family:NAME', 'method:NAME:DEPTH' "
-                         "or 'optimal-kernels:optimal:DEPTH'")
+        raise ValueError(f"unknown compile unit {unit!r}: expected 'family:NAME', 'assign', "
+                         "'method:NAME:DEPTH' or 'optimal-kernels:optimal:DEPTH'")
 
 
 # a tiny histogram (L = 8) and its lengths
@@ -129,8 +134,11 @@ def _optimal():
     lower_bound(ho, max_sequence_length=ho.size, max_sequences_per_pack=3)
     optimal_pack(ho, max_sequence_length=ho.size, max_sequences_per_pack=3)
     from .optimal._relaxed import grid_plan  # the long-context route with a depth limit
+    from .optimal._solver import depth_repair
 
     grid_plan(ho, ho.size, 3, 6, None)
+    # six 2s too deep for 4, beside a (5, 3): no single length matches, a pair does (pair_pass)
+    depth_repair(np.array([2, 2, 2, 2, 2, 2, 5, 3]), np.array([0, 6, 8]), np.array([1, 1]), 12, 4)
 
 
 def _blending():

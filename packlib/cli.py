@@ -63,7 +63,8 @@ def _demo_units(names, depths) -> list[str]:
     # its residuals, late), so that its process then loads them instead of compiling them too
     units = [method_unit("lpfhp", depths[0]), method_unit("optimal", depths[0], "optimal-kernels")] \
         if "optimal" in names else []
-    units.append("family:histogram packing")
+    # the histogram packers at the demo's length (no length classes) and assign (no shuffle)
+    units += [method_unit(name, depths[0]) for name in ("nnls", "spfhp") if name in names] + ["assign"]
     units += [method_unit("optimal", d, "optimal-kernels") for d in depths[1:] if "optimal" in names]
     return units + [method_unit(name, d) for d in depths for name in names]
 

@@ -16,8 +16,8 @@ from .test_optimal import small_histograms
 
 
 # the kernel's private parts, reached from Python through a small kernel that calls them
-_tree_set, _tree_first, _exact_subset, _pack_arena, _repair_pass = (
-    python_callable(k) for k in (X._tree_set, X._tree_first, X._exact_subset, X._pack_arena, X._repair_pass))
+_tree_set, _tree_first, _exact_subset = (python_callable(k) for k in (X._tree_set, X._tree_first, X._exact_subset))
+_pack_arena, _repair_pass = X.pack_arena, X.repair_pass
 
 
 def _csr(rows):

@@ -14,17 +14,27 @@ from tests.fuzz import run_isolated
 
 
 def test_the_units_compile_the_signatures_the_calls_use():
-    """nnls_pack at both ranges compiles its kernels; each unit then adds no signature (it
-    compiled what the call did, not another specialisation)."""
-    packlib.nnls_pack(packlib.datasets.wikipedia_512()[:64], 64)
-    h = np.zeros(4096, np.int64)
-    h[[0, 900, 3000, 4095]] = 5
-    packlib.nnls_pack(h, 4096, None)  # length classes
-    for unit in _first_use.NNLS_CLASS_UNITS:
-        kernel = _first_use._kernel(unit)
-        before = list(kernel.signatures)
-        _first_use.run_unit(unit)
-        assert kernel.signatures == before and len(before) == 1, (unit, before, kernel.signatures)
+    """In a fresh interpreter, nnls_pack at both ranges compiles its kernels; each unit then
+    adds no signature (it compiled what the call did, not another specialisation)."""
+    code = """
+import json, numpy as np, packlib
+from packlib import _first_use
+packlib.nnls_pack(packlib.datasets.wikipedia_512()[:64], 64)
+h = np.zeros(4096, np.int64)
+h[[0, 900, 3000, 4095]] = 5
+packlib.nnls_pack(h, 4096, None)  # length classes
+out = {}
+for unit in _first_use.NNLS_CLASS_UNITS:
+    kernel = _first_use._kernel(unit)
+    before = [str(s) for s in kernel.signatures]
+    _first_use.run_unit(unit)
+    out[unit] = [before, [str(s) for s in kernel.signatures]]
+print(json.dumps(out))
+"""
+    got = json.loads(run_isolated(code, timeout=300).stdout.strip().splitlines()[-1])
+    assert set(got) == set(_first_use.NNLS_CLASS_UNITS)
+    for unit, (before, after) in got.items():
+        assert len(before) == 1 and after == before, (unit, before, after)
     with pytest.raises(ValueError, match="unknown compile unit 'x'"):
         _first_use.run_unit("x")
 

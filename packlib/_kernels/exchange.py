@@ -24,7 +24,7 @@ PAIR_WIDTH = 6  # packs of at most this many sequences offer pairs (15 sums each
 
 
 @jit
-def _pack_arena(items, offsets, counts):
+def pack_arena(items, offsets, counts):
     """The packs as rows of one growable arena: row ``t`` holds
     ``arena[start[t]:start[t] + size[t]]`` (room for twice as many rows and items)."""
     T = counts.size
@@ -55,7 +55,7 @@ def _grown_rows(start, size, cnt, n_rows):
 
 
 @jit
-def _kept_rows(arena, start, size, cnt, n_rows):
+def kept_rows(arena, start, size, cnt, n_rows):
     """The rows still used (count > 0) as CSR ``(items, offsets, counts)``."""
     m = 0
     total = 0
@@ -285,7 +285,7 @@ def _find_partner(row, n, D, L, prefix, taken, tree, P, hptr, holders, tries):
 
 
 @jit
-def _repair_pass(arena, start, size, cnt, T, top, L, D):
+def repair_pass(arena, start, size, cnt, T, top, L, D):
     """One pass of exchanges over rows ``0..T-1`` (partners: the rows with room among
     them). A deep row that finds no partner keeps its copies (a later pass, with the
     packs this one made as partners, may find one). Returns ``(arena, start, size, cnt,
@@ -399,10 +399,10 @@ def _pair_partner(n, D, L, prefix, taken, size, cnt, pstart, prows, scan):
 
 
 @jit
-def _pair_pass(arena, start, size, cnt, T, top, L, D, width):
+def pair_pass(arena, start, size, cnt, T, top, L, D, width):
     """One pass of exchanges in which the roomy pack gives back two sequences (for deep
     packs whose sums no single length matches, such as many copies of one length), over
-    rows ``0..T-1``. Same returns as :func:`_repair_pass`."""
+    rows ``0..T-1``. Same returns as :func:`repair_pass`."""
     n_rows = T
     pstart, prows = _pair_index(arena, start, size, T, L, D, width)
     prefix, taken = _scratch(size, T, D)
@@ -421,34 +421,3 @@ def _pair_pass(arena, start, size, cnt, T, top, L, D, width):
             arena, start, size, cnt, n_rows, top, c = _apply(arena, top, start, size, cnt, n_rows, p, q, taken, m1, m2, c)
             exchanges += 1
     return arena, start, size, cnt, n_rows, exchanges
-
-
-@jit
-def exchange_passes(items, offsets, counts, L, D, passes):
-    """Up to ``passes`` passes of :func:`_repair_pass` (each starts over with the packs the
-    last one made among the partners), then the packs still too deep dissolved: ``(items,
-    offsets, counts, residual)``. One round of :func:`packlib.optimal._solver.depth_repair`."""
-    for _ in range(passes):
-        T = counts.size
-        deep = False
-        for t in range(T):
-            deep = deep or offsets[t + 1] - offsets[t] > D
-        if not deep:
-            break
-        arena, start, size, cnt = _pack_arena(items, offsets, counts)
-        arena, start, size, cnt, n_rows, exchanges = _repair_pass(arena, start, size, cnt, T, offsets[T], L, D)
-        if exchanges == 0:  # no single sequence matches: try pairs
-            arena, start, size, cnt, n_rows, exchanges = _pair_pass(arena, start, size, cnt, T, offsets[T], L, D,
-                                                                    PAIR_WIDTH)
-        items, offsets, counts = _kept_rows(arena, start, size, cnt, n_rows)
-        if exchanges == 0:
-            break
-    residual = np.zeros(L, np.int64)
-    arena, start, size, cnt = _pack_arena(items, offsets, counts)
-    for t in range(counts.size):
-        if size[t] > D:  # no partner left: dissolve
-            for i in range(offsets[t], offsets[t + 1]):
-                residual[items[i] - 1] += counts[t]
-            cnt[t] = 0
-    items, offsets, counts = _kept_rows(arena, start, size, cnt, counts.size)
-    return items, offsets, counts, residual

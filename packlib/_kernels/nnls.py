@@ -331,11 +331,10 @@ def settle_dummies(rows, counts, b, padding):
     """The recipe's last step on its rounded solves: left-over sequences (``b``, by length,
     updated in place) first take over dummy slots at least as long (best fit), then the
     remaining dummies (``padding[l]`` slots of length ``l``) are removed from the plan
-    (``rows``, descending, zero-padded; ``counts``). Returns the plan's rows and counts."""
+    (``rows``, descending, zero-padded; ``counts``; both edited in place). Returns the plan's
+    rows and counts."""
     L = b.size
     n_rows = np.int64(counts.size)
-    rows = rows.copy()
-    counts = counts.copy()
     for m in range(L, 0, -1):
         l = m
         while b[m - 1] > 0 and l <= L:

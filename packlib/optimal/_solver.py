@@ -101,7 +101,6 @@ def depth_repair(items, offsets, counts, L: int, D: int, rounds: int = 32, passe
     their counts, and what was dissolved. (The rounds run here, between the two kernels,
     so that neither is compiled again inside a kernel linking both.)
     """
-    from .._kernels.exchange import exchange_passes
     from .._kernels.optimal import exact_fill
 
     L, D, left = int(L), int(D), -1
@@ -116,6 +115,37 @@ def depth_repair(items, offsets, counts, L: int, D: int, rounds: int = 32, passe
         items = np.concatenate((items, r_items))
         offsets = np.concatenate((offsets, r_offsets[1:] + offsets[-1]))
         counts = np.concatenate((counts, r_counts))
+    return items, offsets, counts, residual
+
+
+def exchange_passes(items, offsets, counts, L: int, D: int, passes: int):
+    """Up to ``passes`` passes of exchanges (:func:`packlib._kernels.exchange.repair_pass`,
+    then :func:`~packlib._kernels.exchange.pair_pass` where no single sequence matched; each
+    starts over with the packs the last one made among the partners), then the packs still
+    too deep dissolved: ``(items, offsets, counts, residual)``. One round of
+    :func:`depth_repair`."""
+    from .._kernels.exchange import PAIR_WIDTH, kept_rows, pack_arena, pair_pass, repair_pass
+
+    for _ in range(passes):
+        T = counts.size
+        if not (np.diff(offsets) > D).any():
+            break
+        arena, start, size, cnt = pack_arena(items, offsets, counts)
+        arena, start, size, cnt, n_rows, exchanges = repair_pass(arena, start, size, cnt, T, offsets[T], L, D)
+        if exchanges == 0:  # no single sequence matches: try pairs
+            arena, start, size, cnt, n_rows, exchanges = pair_pass(arena, start, size, cnt, T, offsets[T], L, D,
+                                                                   PAIR_WIDTH)
+        items, offsets, counts = kept_rows(arena, start, size, cnt, n_rows)
+        if exchanges == 0:
+            break
+    residual = np.zeros(L, np.int64)
+    arena, start, size, cnt = pack_arena(items, offsets, counts)
+    sizes = np.diff(offsets)
+    deep = sizes > D  # no partner left: dissolve
+    row_of = np.repeat(np.arange(counts.size), sizes)
+    np.add.at(residual, items[deep[row_of]] - 1, counts[row_of[deep[row_of]]])
+    cnt[:counts.size][deep] = 0
+    items, offsets, counts = kept_rows(arena, start, size, cnt, counts.size)
     return items, offsets, counts, residual
 
 
