@@ -41,6 +41,11 @@ UNITS = {
     "nnls.settle_dummies": ("nnls", "settle_dummies", lambda: (_i64(1, 1), _i64(1), _i64(1), _i64(2))),
     "nnls_grid.classes_to_lengths": ("nnls_grid", "classes_to_lengths",
                                      lambda: (_i64(1, 1), _i64(1), _i64(1), _N, _N)),
+    "greedy.spfhp": ("greedy", "spfhp", lambda: (_i64(1), _N, _N)),
+    # the optimal packer's depth repair (packlib.optimal._solver.exchange_passes)
+    "exchange.repair_pass": ("exchange", "repair_pass", lambda: (_i64(1), _i64(1), _i64(1), _i64(1), _N, _N, _N, _N)),
+    "exchange.pair_pass": ("exchange", "pair_pass",
+                           lambda: (_i64(1), _i64(1), _i64(1), _i64(1), _N, _N, _N, _N, _N)),
 }
 
 #: :func:`packlib.nnls_pack`'s kernels, the costliest first.

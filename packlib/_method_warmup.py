@@ -62,12 +62,19 @@ def run_unit(unit: str) -> None:
 
     - ``"method:NAME:DEPTH[:L]"``: histogram method ``NAME`` at ``DEPTH`` (an integer or
       ``none``), as :func:`warm_method` warms it;
+    - ``"kernel:MODULE.NAME"``: one kernel, for the types its calls pass
+      (:data:`packlib._first_use.UNITS`);
     - ``"optimal-kernels:optimal:DEPTH"``: the same for ``optimal`` (its LP warm-ups
       included), but with a plan of one sequence a pack standing in for the SPFHP, LPFHP and
       NNLSHP plans it also makes, so that another process can compile their kernels at the
       same time.
     """
     kind, name, depth_text, *rest = unit.split(":") + [""] * 2
+    if kind == "kernel":
+        from ._first_use import run_unit as run_kernel_unit
+
+        run_kernel_unit(name)
+        return
     if kind not in ("method", "optimal-kernels") or not name:
         raise ValueError(f"unknown compile unit {unit!r}: expected 'method:NAME:DEPTH' or "
                          "'optimal-kernels:optimal:DEPTH'")
@@ -92,11 +99,32 @@ _FIRST_KERNELS = {"optimal": ("optimal", "exact_fill"), "nnls": ("nnls", "nnls_c
                   "lpfhp": ("greedy", "lpfhp"), "spfhp": ("greedy", "spfhp")}
 
 
+def compile_units(names, depth, L: int) -> list[str]:
+    """The units that compile histogram methods ``names`` at ``depth`` and capacity ``L``, in
+    the order two processes share them best (each takes the next unit when free): the depth
+    repair's two costly kernels and NNLSHP's solver first, one each, then the rest of the
+    optimal packer (which by then loads them), LPFHP before it needs it, then the others."""
+    from ._nnls_limits import length_classes
+
+    units = []
+    if "optimal" in names:
+        units += ["kernel:exchange.repair_pass"]
+    if "nnls" in names:
+        units += ["kernel:nnls.nnls_columns"]
+    if "optimal" in names:
+        units += ["kernel:exchange.pair_pass", method_unit("optimal", depth, "optimal-kernels")]
+    if "lpfhp" in names or "nnls" in names or "optimal" in names:
+        units += ["kernel:greedy.lpfhp"]
+    if "nnls" in names:
+        units += ["kernel:nnls.settle_dummies"] + (["kernel:nnls_grid.classes_to_lengths"] if length_classes(L)[0] > 1
+                                                   else [])
+    return units + (["kernel:greedy.spfhp"] if "spfhp" in names else [])
+
+
 def share_first_compile(names, depth, L: int) -> None:
     """Compile the kernels of histogram methods ``names`` (at ``depth`` and capacity ``L``) in
-    this process and a helper at once, where two or more of them have nothing compiled or
-    cached yet and the machine has a second core; otherwise do nothing. The costliest first:
-    this process takes ``optimal``, the helper NNLSHP and the greedy packers."""
+    this process and a helper at once (:func:`compile_units`), where two or more of them have
+    nothing compiled or cached yet and the machine has a second core; otherwise do nothing."""
     from importlib import import_module
 
     from ._jit import is_compiled
@@ -106,9 +134,7 @@ def share_first_compile(names, depth, L: int) -> None:
     cold = [name for name in ("optimal", "nnls", "spfhp", "lpfhp") if name in names and not is_compiled(
         getattr(import_module(f"._kernels.{_FIRST_KERNELS[name][0]}", __package__), _FIRST_KERNELS[name][1]))]
     if len(cold) >= 2:
-        units = [method_unit(n, depth, "optimal-kernels") if n == "optimal" else method_unit(n, depth, L=L)
-                 for n in cold]
-        compile_in_processes(units, run_unit, 2, __name__)
+        compile_in_processes(compile_units(cold, depth, L), run_unit, 2, __name__)
 
 
 if __name__ == "__main__":  # a helper of compile_in_processes

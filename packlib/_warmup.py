@@ -92,7 +92,7 @@ def run_unit(unit: str) -> None:
         from .packing import lpfhp_pack
 
         lpfhp_pack(_H, max_sequence_length=_L).assign(_LENGTHS, seed=0)
-    elif kind in ("method", "optimal-kernels"):
+    elif kind in ("method", "optimal-kernels", "kernel"):
         _method_warmup.run_unit(unit)
     else:
         raise ValueError(f"unknown compile unit {unit!r}: expected 'family:NAME', 'assign', "

@@ -53,18 +53,14 @@ def _load_histogram(path):
     return load_histogram(path), path
 
 
-def _demo_units(names, depths) -> list[str]:
-    """What the demo compiles, in the order two processes should take it: LPFHP with a plan's
-    canonical form, the optimal packer's own kernels and the histogram packers' (with
-    ``assign``), the costly parts, then the rest (by then mostly in numba's cache)."""
+def _demo_units(names, depths, L: int = 512) -> list[str]:
+    """What the demo compiles, in the order two processes should take it: the methods'
+    kernels at the first depth (:func:`packlib._method_warmup.compile_units`) and ``assign``,
+    then each method at each depth (by then loading from numba's cache)."""
+    from ._method_warmup import compile_units
     from ._warmup import method_unit
 
-    # LPFHP and a plan's canonical form first, alone: the optimal packer also runs them (on
-    # its residuals, late), so that its process then loads them instead of compiling them too
-    units = [method_unit("lpfhp", depths[0]), method_unit("optimal", depths[0], "optimal-kernels")] \
-        if "optimal" in names else []
-    # the histogram packers at the demo's length (no length classes) and assign (no shuffle)
-    units += [method_unit(name, depths[0]) for name in ("nnls", "spfhp") if name in names] + ["assign"]
+    units = compile_units(names, depths[0], L) + ["assign"]
     units += [method_unit("optimal", d, "optimal-kernels") for d in depths[1:] if "optimal" in names]
     return units + [method_unit(name, d) for d in depths for name in names]
 
@@ -85,7 +81,7 @@ def _demo(args) -> int:
     # numba's cache only the kernels these methods use, two processes sharing a cold compile;
     # the table then times steady state
     t0 = time.perf_counter()
-    warm_in_processes(_demo_units(names, depths), min(2, usable_cores()))
+    warm_in_processes(_demo_units(names, depths, L), min(2, usable_cores()))
     for d in depths:
         for name in names:
             warm_method(name, d)

@@ -23,8 +23,12 @@ packlib.nnls_pack(packlib.datasets.wikipedia_512()[:64], 64)
 h = np.zeros(4096, np.int64)
 h[[0, 900, 3000, 4095]] = 5
 packlib.nnls_pack(h, 4096, None)  # length classes
+packlib.spfhp_pack([0, 2, 1, 1, 0, 2])
+from packlib.optimal._solver import depth_repair
+# six 2s too deep for 4, beside a (5, 3): the single exchanges find nothing, pairs do
+depth_repair(np.array([2, 2, 2, 2, 2, 2, 5, 3]), np.array([0, 6, 8]), np.array([1, 1]), 12, 4)
 out = {}
-for unit in _first_use.NNLS_CLASS_UNITS:
+for unit in _first_use.UNITS:
     kernel = _first_use._kernel(unit)
     before = [str(s) for s in kernel.signatures]
     _first_use.run_unit(unit)
@@ -32,7 +36,7 @@ for unit in _first_use.NNLS_CLASS_UNITS:
 print(json.dumps(out))
 """
     got = json.loads(run_isolated(code, timeout=300).stdout.strip().splitlines()[-1])
-    assert set(got) == set(_first_use.NNLS_CLASS_UNITS)
+    assert set(got) == set(_first_use.UNITS)
     for unit, (before, after) in got.items():
         assert len(before) == 1 and after == before, (unit, before, after)
     with pytest.raises(ValueError, match="unknown compile unit 'x'"):
