@@ -212,3 +212,57 @@ def test_two_ranks_weigh_every_pair_of_the_step(tmp_path):
     reference = P.reference_run(P.trainer(kind, output_dir=str(tmp_path), **P.settings_of(kind)), steps)
     for k, v in reference.state_dict().items():
         torch.testing.assert_close(params[0][k], v, atol=2e-5, rtol=1e-5)
+
+
+# ------------------------------------------------------------ the model left as it was
+def _round(cls, model, tmp_path, **settings):
+    """A DPO round on ``model`` whose reference is ``trl.create_reference_model(model)``."""
+    args = trl.DPOConfig(str(tmp_path), **{**P.SETTINGS, **STEPS, **settings})
+    t = cls(model=model, ref_model=trl.create_reference_model(model), args=args, train_dataset=P.dataset("dpo"),
+            processing_class=P.tokenizer())
+    t.train()
+    return t.model
+
+
+def _pickle_error(model):
+    import pickle
+
+    try:
+        pickle.loads(pickle.dumps(model))
+    except Exception as e:  # noqa: BLE001
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
+def test_a_trained_model_is_left_as_it_was(tmp_path):
+    """After a packed DPO run the model holds what TRL's own run leaves on it and nothing of
+    packlib's: a deep copy's fused head (what DPO reads) runs the copy's weights, the model
+    pickles as TRL's does, and a second round whose reference is
+    trl.create_reference_model(model) equals TRL's own second round."""
+    import copy
+
+    from trl.trainer.utils import add_fused_lm_head
+
+    stock = _trained("dpo", output_dir=str(tmp_path), **STEPS)
+    packed = _trained("dpo", _packed("dpo"), output_dir=str(tmp_path), **STEPS)
+    assert P.max_difference(stock.model, packed.model) < 2e-5
+    for module in packed.model.modules():
+        assert not [k for k in vars(module) if "packlib" in k]
+    assert sorted(vars(packed.model)) == sorted(vars(stock.model))
+    assert _pickle_error(packed.model) == _pickle_error(stock.model)
+    twin = copy.deepcopy(packed.model)
+    with torch.no_grad():
+        for p in twin.parameters():
+            p.add_(0.05)
+    fresh = P.causal_lm()
+    fresh.load_state_dict(twin.state_dict())
+    add_fused_lm_head(fresh)
+    ids = torch.tensor([[2, 3, 4, 5, 6]])
+    with torch.no_grad():
+        own, copied = (m(input_ids=ids, labels=ids, fused_lm_head=True).log_probs for m in (fresh, twin))
+        torch.testing.assert_close(copied, own, atol=1e-6, rtol=0)
+    first = [p.detach().clone() for p in stock.model.parameters()]
+    second = [_round(cls, t.model, tmp_path / name, beta=0.5)
+              for name, cls, t in (("stock", trl.DPOTrainer, stock), ("packed", _packed("dpo"), packed))]
+    assert P.max_difference(*second) < 1e-5
+    assert max(float((p - f).abs().max()) for p, f in zip(second[0].parameters(), first)) > 1e-3  # it trains

@@ -20,13 +20,14 @@ rank, whatever the sizes of its micro-batches (``_get_num_items_in_batch`` count
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 
 from ..collate._collator import PACKED_TRAINER_FLAG, PADDED_READERS, PackedCollator
 from ..logps._logps import sequence_logps
 from ..collate._preference import model_inputs
 from .._lazy import require_torch
-from ._trl_rows import ROW_KEY, is_packed_row, padded_view, patch_forward, row_units
+from ._trl_rows import ROW_KEY, is_packed_row, packed_forward, padded_view, row_units
 
 #: public name -> TRL's class it subclasses
 TRAINERS = {packed: trl_name for trl_name, packed in PADDED_READERS.items()}
@@ -57,10 +58,11 @@ class _Packed:
     def _packlib_collator(self, collator):
         return collator
 
-    def _packlib_patch(self):
-        patch_forward(self.model, self._packlib_kind)
+    def _packlib_packed(self, stack) -> None:
+        """Within ``stack``: the model (and the reference model) read packed rows."""
+        stack.enter_context(packed_forward(self.model, self._packlib_kind))
         if getattr(self, "ref_model", None) is not None:
-            patch_forward(self.ref_model, self._packlib_kind)
+            stack.enter_context(packed_forward(self.ref_model, self._packlib_kind))
 
     def _packlib_inputs(self, row) -> dict:
         raise NotImplementedError
@@ -68,8 +70,9 @@ class _Packed:
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         if not is_packed_row(inputs):  # a padded batch: the trainer's own path
             return super().compute_loss(model, inputs, return_outputs=return_outputs)
-        self._packlib_patch()
-        out = super().compute_loss(model, self._packlib_inputs(inputs), return_outputs=return_outputs)
+        with contextlib.ExitStack() as stack:
+            self._packlib_packed(stack)
+            out = super().compute_loss(model, self._packlib_inputs(inputs), return_outputs=return_outputs)
         if not (self._packlib_balanced and num_items_in_batch is not None and self.model.training):
             return out
         loss, rest = (out[0], out[1:]) if return_outputs else (out, ())
@@ -114,8 +117,8 @@ class _DPO(_Packed):
     def compute_ref_log_probs(self, model, inputs):
         if not is_packed_row(inputs):
             return super().compute_ref_log_probs(model, inputs)
-        patch_forward(model, "causal")
-        return super().compute_ref_log_probs(model, self._packlib_inputs(inputs))
+        with packed_forward(model, "causal"):
+            return super().compute_ref_log_probs(model, self._packlib_inputs(inputs))
 
 
 class _Reward(_Packed):
