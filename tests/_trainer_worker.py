@@ -6,7 +6,7 @@ started by tests/test_trainer_balanced.py::test_two_processes_train_the_plan:
 imports torch and transformers once, then forks the ranks (POSIX). Each rank, with the
 environment a launcher gives it (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT):
 
-1. ``Accelerator().prepare(DataLoader(batch_sampler=BalancedBatchSampler(...)))``: the sample
+1. ``sampler.drawn_by(Accelerator().prepare(DataLoader(batch_sampler=sampler)))``: the sample
    ids of every micro-batch it yields in epochs 0 and 1 (``loader.set_epoch``), and
    ``len(loader)``;
 2. ``Trainer`` + ``packlib.torch.balance_trainer`` for ``EPOCHS`` epochs: the sample ids of
@@ -81,8 +81,9 @@ def main(rank: int, out: pathlib.Path) -> None:
     index = {tuple(x): i for i, x in enumerate(ids)}
     seen = {"accelerate": [], "trainer": []}
     accelerator = Accelerator(cpu=True)
-    loader = accelerator.prepare(torch.utils.data.DataLoader(list(range(SAMPLES)), batch_sampler=sampler(lengths, rank),
-                                                             collate_fn=list))
+    plan = sampler(lengths, rank)
+    loader = plan.drawn_by(accelerator.prepare(torch.utils.data.DataLoader(list(range(SAMPLES)), batch_sampler=plan,
+                                                                           collate_fn=list)))
     seen["len"] = len(loader)
     for epoch in range(2):
         loader.set_epoch(epoch)

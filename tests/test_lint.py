@@ -7,6 +7,8 @@
   its signature, in order (or defers with "As for :func:`x`").
 - no timing figures in docstrings (they go stale; measured figures live in README.md,
   docs/ and benchmarks/).
+- no stack frames and no source text: packlib integrates through explicit arguments and
+  documented hooks, never by reading its callers' frames or a function's source.
 """
 import ast
 import pathlib
@@ -369,3 +371,16 @@ def test_no_timing_figures_in_docstrings():
     bad = [f"{_rel(p)}:{line}:{name}: {figures}" for p in SOURCES for name, line, doc in _docstrings(p)
            if (figures := timing_figures(doc))]
     assert not bad, "timing figures in docstrings (move them to README.md, docs/ or benchmarks/):\n" + "\n".join(bad)
+
+
+# ------------------------------------------------------------- explicit hooks, not frames
+FRAME_READERS = ("_getframe", "inspect.stack", "currentframe", "getsource", "f_back", "f_locals", "getouterframes")
+
+
+def test_no_stack_frames_or_source_text():
+    """What a sampler, collator or trainer does is decided by what it is told (arguments,
+    ``drawn_by``, documented hooks), never by its caller's frames or a function's source."""
+    bad = [f"{_rel(p)}:{i}: {line.strip()}" for p in SOURCES
+           for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+           if any(w in line for w in FRAME_READERS)]
+    assert not bad, "\n".join(bad)

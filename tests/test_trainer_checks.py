@@ -102,8 +102,23 @@ def test_a_model_whose_loss_cannot_take_the_count_is_refused(tmp_path):
     args = worker.trainer_args(tmp_path, gradient_accumulation_steps=M)
     trainer = transformers.Trainer(model=Opaque(), args=args, train_dataset=[{"input_ids": [1, 2]}] * 4,
                                    data_collator=PackedCollator())
-    with pytest.raises(ValueError, match="Opaque.forward does not pass num_items_in_batch .* compute_loss_func="):
+    with pytest.raises(ValueError, match="Opaque declares accepts_loss_kwargs = False.* compute_loss_func="):
         balance_trainer(trainer, _sampler(np.full(4, 2)))
+
+
+def test_the_models_known_to_take_the_count_hand_it_to_their_loss():
+    """balance_trainer's table of models that declare accepts_loss_kwargs = False although their
+    forward hands num_items_in_batch to its loss: each, in the installed transformers, does."""
+    import inspect
+    import re
+
+    from packlib.torch.trainers._checks import LOSS_TAKES_NUM_ITEMS
+
+    call = re.compile(r"self\.loss_function\((?:[^()]|\([^()]*\))*\*\*kwargs")
+    for name in LOSS_TAKES_NUM_ITEMS:
+        cls = getattr(transformers, name)
+        assert cls.accepts_loss_kwargs is False
+        assert call.search(inspect.getsource(cls.forward)), name
 
 
 @pytest.mark.parametrize("family", nv.FAMILIES)

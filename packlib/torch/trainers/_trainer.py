@@ -4,7 +4,8 @@ The Trainer draws its training data from :meth:`Trainer.get_train_dataloader`, a
 ``DataLoader`` with its own sampler that Accelerate then shards. :func:`balance_trainer`
 replaces that method on one trainer with a ``DataLoader`` over the planned epochs of a
 :class:`packlib.BalancedBatchSampler`, end to end, prepared by the trainer's own
-``Accelerator`` (which the sampler detects: each process gets exactly its micro-batches), and
+``Accelerator`` and declared to the stream (``drawn_by``: each process gets exactly its
+micro-batches), and
 adds a callback that sets the epoch at every epoch the Trainer begins, a resumed one included. The
 Trainer's own machinery does the rest: ``gradient_accumulation_steps`` micro-batches per
 optimizer step, each step's loss the token mean over all of them on every rank
@@ -84,10 +85,10 @@ def balance_trainer(trainer, sampler):
     trainers (above), and (when the trainer builds its loader) a dataset whose rows are not
     the sampler's lengths. Also, before anything changes: a dataset without ``len()`` and
     indexing (iterable, streaming), a trainer that regroups rows (TRL's ``GRPOTrainer``,
-    ``RLOOTrainer``: use ``PackedGRPOTrainer``), a model whose loss cannot take
-    ``num_items_in_batch``; a model whose ``forward`` does pass it on although it declares
-    ``accepts_loss_kwargs = False`` (Qwen2.5-VL, Qwen3-VL) gets
-    ``trainer.model_accepts_loss_kwargs = True``; a model transformers cannot resume through
+    ``RLOOTrainer``: use ``PackedGRPOTrainer``), a model that declares
+    ``accepts_loss_kwargs = False`` (its loss cannot take ``num_items_in_batch``) unless a
+    ``compute_loss_func`` is given; Qwen2.5-VL and Qwen3-VL, whose ``forward`` does pass it on
+    although they declare ``False``, get ``trainer.model_accepts_loss_kwargs = True``; a model transformers cannot resume through
     the Trainer (Qwen2-VL, Qwen2.5-VL) is warned about.
     """
     if not isinstance(sampler, BalancedBatchSampler):
@@ -148,7 +149,7 @@ def _train_dataloader(trainer, stream):
     kwargs["worker_init_fn"] = functools.partial(seed_worker, num_workers=args.dataloader_num_workers,
                                                  rank=args.process_index)
     loader = torch.utils.data.DataLoader(dataset, batch_sampler=stream, collate_fn=collator, **kwargs)
-    return trainer.accelerator.prepare(loader)
+    return stream.drawn_by(trainer.accelerator.prepare(loader))
 
 
 def _check_rows(dataset, sampler) -> None:
