@@ -22,7 +22,7 @@ SOURCES = sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.part
 # all its modules. docs/design.md draws the same picture.
 FLOORS = [
     ("base", ["_version", "_jit", "_deprecation", "_validate", "_progress", "_names", "_nnls_limits", "_shared_compile",
-              "datasets", "plot"]),
+              "_compat", "datasets", "plot"]),
     ("kernels", ["_kernels"]),
     ("results", ["_histogram", "_packs", "_plan"]),
     ("packers", ["packing", "optimal", "blending", "balancing", "context_parallel"]),

@@ -17,8 +17,9 @@ True
 """
 from __future__ import annotations
 
-import sys
 from typing import NamedTuple
+
+from .._compat import accelerate_processes
 
 _ACCELERATE = "accelerate.data_loader"
 
@@ -81,17 +82,6 @@ def _ahead(loader, accelerate, stateful) -> str | None:
         return ("this sampler is drawn through Accelerate's prepared DataLoader, which takes one micro-batch ahead of "
                 "the training loop to know the last one")
     return None
-
-
-def accelerate_processes():
-    """``(num_processes, process_index)`` of Accelerate's ``PartialState`` when one was made
-    in this process (an ``Accelerator``, ``TrainingArguments``), else ``None``."""
-    state = sys.modules.get("accelerate.state")
-    partial = getattr(state, "PartialState", None)
-    if partial is None or not getattr(partial, "_shared_state", None):
-        return None
-    s = partial()
-    return s.num_processes, s.process_index
 
 
 def undeclared_refusal(world_size: int) -> str | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import warnings
 
+from ..._compat import revert_weight_conversion as host_revert_weight_conversion
 from .._lazy import require_torch
 
 _REGROUPING = ("GRPOTrainer", "RLOOTrainer")
@@ -108,9 +109,8 @@ def resume_drops_weights(model) -> list:
     ``load_state_dict(strict=False)`` under the current names. ``[]`` when none, or when the
     renaming cannot be read."""
     torch = require_torch()
-    try:
-        from transformers.core_model_loading import revert_weight_conversion
-    except ImportError:
+    revert_weight_conversion = host_revert_weight_conversion()
+    if revert_weight_conversion is None:
         return []
     keys = list(model.state_dict().keys())
     try:

@@ -25,6 +25,7 @@ import functools
 
 import numpy as np
 
+from ..._compat import collator_with_removed_columns, remove_unused_columns
 from ...balancing._epochs import EpochStream
 from ...balancing._sampler import BalancedBatchSampler, set_label_counter
 from ..collate._examples import label_tokens
@@ -140,9 +141,9 @@ def _train_dataloader(trainer, stream):
         raise ValueError("a balanced schedule needs a train_dataset with a len() and indexing (a datasets.Dataset, "
                          "a list of examples), not an iterable dataset")
     if hasattr(dataset, "column_names") and hasattr(dataset, "with_format"):  # a datasets.Dataset
-        dataset = trainer._remove_unused_columns(dataset, description="Training")
+        dataset = remove_unused_columns(trainer, dataset)
     else:
-        collator = trainer._get_collator_with_removed_columns(collator, description="Training")
+        collator = collator_with_removed_columns(trainer, collator)
     _check_rows(dataset, stream.source)
     args = trainer.args
     kwargs = {k: getattr(args, a) for k, a in _LOADER_ARGS.items() if hasattr(args, a)}

@@ -16,13 +16,14 @@ trainer's code as it is.
 
 Under :func:`packlib.torch.balance_trainer` each micro-batch's loss is scaled so that the
 optimizer step's loss is the mean over all of the step's pairs (KTO: examples) on every
-rank, whatever the sizes of its micro-batches (``_get_num_items_in_batch`` counts them).
+rank, whatever the sizes of its micro-batches (the Trainer's count of a step's items counts them).
 """
 from __future__ import annotations
 
 import contextlib
 import inspect
 
+from ..._compat import host_method, tp_size, with_host_methods
 from ..collate._collator import PACKED_TRAINER_FLAG, PADDED_READERS, PackedCollator
 from ..logps._logps import sequence_logps
 from ..collate._preference import model_inputs
@@ -35,6 +36,7 @@ KL_KEY = "kl_batch"
 _CLASSES: dict = {}
 
 
+@with_host_methods
 class _Packed:
     """What the three packed trainers share: the default collator, the model's packed
     forward, and the balanced steps' weighting."""
@@ -85,11 +87,13 @@ class _Packed:
         return max(1, self.accelerator.num_processes // max(1, self._packlib_tp()))
 
     def _packlib_tp(self) -> int:
-        return getattr(self, "_tp_size", 1) or 1
+        return tp_size(self)
 
-    def _get_num_items_in_batch(self, batch_samples, device):
+    def _packlib_num_items_in_batch(self, batch_samples, device):
+        """The step's denominator: its pairs (examples) over its micro-batches and ranks under
+        balance_trainer; else the Trainer's own (its private method of that count is this one)."""
         if not (self._packlib_balanced and batch_samples and all(map(is_packed_row, batch_samples))):
-            return super()._get_num_items_in_batch(batch_samples, device)
+            return host_method(self, _Packed, "num_items_in_batch")(batch_samples, device)
         torch = require_torch()
         n = torch.tensor(sum(row_units(b) for b in batch_samples), dtype=torch.int64, device=device)
         if self.args.average_tokens_across_devices and self.args.world_size > 1:
@@ -131,6 +135,7 @@ class _Reward(_Packed):
         return fake
 
 
+@with_host_methods
 class _KTO(_Packed):
     # per_device_train_batch_size sets KTO's KL pairs (TRL rotates completions within such
     # chunks of the dataset); balanced micro-batches are the sampler's whatever it is
@@ -149,9 +154,10 @@ class _KTO(_Packed):
         fake.update({k: row[k] for k in ("ref_logps", "ref_KL_logps") if k in row})
         return fake
 
-    def _compute_kl_logps(self, model, batch):
+    def _packlib_kl_logps(self, model, batch):
+        """KTO's KL term's log-probs of a packed row (its private method of them is this one)."""
         if ROW_KEY not in batch:
-            return super()._compute_kl_logps(model, batch)
+            return host_method(self, _KTO, "kl_logps")(model, batch)
         if not self.calculate_KL:
             return None
         return _kl_sums(model, batch[ROW_KEY])

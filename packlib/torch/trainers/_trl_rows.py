@@ -18,6 +18,7 @@ import contextlib
 import inspect
 from collections.abc import Mapping
 
+from ..._compat import fused_output_class
 from .._lazy import require_torch
 from ..collate._preference import model_inputs
 from ..logps._logps import _apply, _chunks, _completion_targets, _flat_logits
@@ -64,8 +65,7 @@ def fused_output(run, row, keep_logits: bool = False):
     ``log_probs`` differentiable (:func:`packlib.torch.token_logps`' rows and columns), the
     other per-token fields without gradient, zero where no completion token is."""
     torch = require_torch()
-    from trl.trainer.utils import FusedCausalLMOutput
-
+    FusedCausalLMOutput = fused_output_class()
     src, tok, seq, col, n, width = _completion_targets(row, row["input_ids"].numel())
     c = src >= 0
     src, tok, seq, col = src[c], tok[c], seq[c], col[c]
