@@ -184,15 +184,18 @@ def test_balanced_steps_weigh_every_pair_as_trls_padded_step(kind, tmp_path, mon
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="the ranks are forked (POSIX)")
-def test_two_ranks_weigh_every_pair_of_the_step(tmp_path):
-    """Two gloo processes, PackedDPOTrainer with balance_trainer: both ranks end equal to each
-    other and to SGD on TRL's own loss over each step's micro-batches of both ranks, each
-    weighted by its pairs over the step's (KTO's KL term is averaged over the ranks' micro-
-    batches by TRL, so its reference is not a sum over micro-batches: one process covers it)."""
-    kind = "dpo"
+@pytest.mark.parametrize("kind, skewed", [("dpo", False), ("dpo", True), ("reward", True), ("kto", True)])
+def test_two_ranks_weigh_every_pair_of_the_step(kind, skewed, tmp_path):
+    """Two gloo processes, a packed trainer with balance_trainer: both ranks end bitwise equal to
+    each other and equal to SGD on TRL's own loss over each step's micro-batches of both ranks,
+    each weighted by its pairs (examples) over the step's. ``skewed``: the plan gives the ranks
+    different numbers of pairs in the same micro-batch, which TRL's metrics, gathered one value
+    per pair, cannot take as they are (KTO without its KL term, which TRL averages over the
+    ranks' micro-batches, so that its reference is no sum over micro-batches)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.run([sys.executable, "-m", "tests._preference_trainers", str(free_port()), str(tmp_path), kind],
-                          cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    cmd = [sys.executable, "-m", "tests._preference_trainers", str(free_port()), str(tmp_path), kind]
+    proc = subprocess.run(cmd + (["skewed"] if skewed else []), cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-4000:]
     params = [torch.load(tmp_path / f"params-{r}.pt") for r in range(2)]
     assert all(torch.equal(params[0][k], params[1][k]) for k in params[0])
@@ -200,9 +203,13 @@ def test_two_ranks_weigh_every_pair_of_the_step(tmp_path):
     assert plans[0] == plans[1]
     steps = plans[0]
     assert len({len(mb) for step in steps for mb in step}) > 1
-    reference = P.reference_run(P.trainer(kind, output_dir=str(tmp_path), **P.settings_of(kind)), steps)
+    if skewed:  # the same micro-batch of the two ranks holds different numbers of pairs
+        assert any(len(step[m]) != len(step[2 + m]) for step in steps for m in range(2))
+    settings = {**P.settings_of(kind), **P.RANK_SETTINGS.get(kind, {})}
+    stock = P.trainer(kind, data=P.dataset(kind, skewed=skewed), output_dir=str(tmp_path), **settings)
+    reference = P.reference_run(stock, steps)
     for k, v in reference.state_dict().items():
-        torch.testing.assert_close(params[0][k], v, atol=2e-5, rtol=1e-5)
+        torch.testing.assert_close(params[0][k], v, atol=1e-5, rtol=0)
 
 
 # ------------------------------------------------------------ the model left as it was

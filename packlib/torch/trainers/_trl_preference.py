@@ -74,6 +74,7 @@ class _Packed:
             return super().compute_loss(model, inputs, return_outputs=return_outputs)
         with contextlib.ExitStack() as stack:
             self._packlib_packed(stack)
+            stack.enter_context(agreed_gather(self.accelerator))
             out = super().compute_loss(model, self._packlib_inputs(inputs), return_outputs=return_outputs)
         if not (self._packlib_balanced and num_items_in_batch is not None and self.model.training):
             return out
@@ -169,6 +170,43 @@ class _KTO(_Packed):
         with torch.no_grad(), self.accelerator.autocast():
             logps = sequence_logps(model(**model_inputs(inputs)).logits, inputs)
         return logps, (_kl_sums(model, inputs) if self.calculate_KL else None)
+
+
+@contextlib.contextmanager
+def agreed_gather(accelerator):
+    """Within the block, ``accelerator.gather`` (and ``gather_for_metrics``, which calls it)
+    takes tensors whose first dimension differs between the processes: TRL's metrics gather one
+    value per pair (example), and a balanced step's micro-batches hold different numbers of
+    them on each rank, which a collective of one agreed shape cannot take. Each process's
+    sizes are gathered first, every tensor padded to the largest, gathered, and the padding
+    cut out again: the values TRL's gather would give of equal sizes. Afterwards the
+    accelerator is as it was."""
+    if getattr(accelerator, "num_processes", 1) < 2 or "gather" in vars(accelerator):
+        yield
+        return
+    original = accelerator.gather
+    accelerator.gather = lambda data: _gather_any(original, data)
+    try:
+        yield
+    finally:
+        del accelerator.gather
+
+
+def _gather_any(gather, data):
+    torch = require_torch()
+    if isinstance(data, (tuple, list)):
+        return type(data)(_gather_any(gather, d) for d in data)
+    if isinstance(data, dict):
+        return type(data)((k, _gather_any(gather, v)) for k, v in data.items())
+    if not torch.is_tensor(data) or data.dim() == 0:
+        return gather(data)
+    sizes = gather(torch.tensor([data.shape[0]], dtype=torch.int64, device=data.device)).tolist()
+    top = max(sizes)
+    if min(sizes) == top:
+        return gather(data)
+    padded = torch.cat([data, data.new_zeros((top - data.shape[0], *data.shape[1:]))])
+    every = gather(padded)
+    return torch.cat([every[r * top:r * top + n] for r, n in enumerate(sizes)])
 
 
 def _kl_sums(model, row):
