@@ -87,6 +87,23 @@ def revert_weight_conversion():
     return revert
 
 
+def reference_adapter(trainer):
+    """The context in which TRL's trainers run a PEFT model as its own reference (no
+    ``ref_model``): the adapter disabled, or the adapter named ``"ref"`` where there is one
+    (``trl.trainer.utils.use_adapter``, as TRL's ``compute_ref_log_probs`` does); a null context
+    otherwise."""
+    import contextlib
+
+    from accelerate.utils import is_peft_model
+
+    if getattr(trainer, "ref_model", None) is not None or not is_peft_model(trainer.model):
+        return contextlib.nullcontext()
+    from trl.trainer.utils import use_adapter
+
+    unwrapped = trainer.accelerator.unwrap_model(trainer.model)
+    return use_adapter(unwrapped, adapter_name="ref" if "ref" in unwrapped.peft_config else None)
+
+
 def fused_output_class():
     """TRL's ``FusedCausalLMOutput`` (``trl.trainer.utils``), what its fused LM head returns."""
     from trl.trainer.utils import FusedCausalLMOutput

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -63,8 +64,8 @@ def test_packed_trainers_equal_trls_own_padded_run(kind, settings, layouts, tmp_
     logged losses and its evaluate() loss afterwards too."""
     stock = _trained(kind, output_dir=str(tmp_path), **STEPS, **settings)
     for share in layouts:
-        collator = {"data_collator": PackedCollator(share_prompt=True, max_length=settings.get("max_length"))} \
-            if share else {}
+        cut = stock.args.max_length if kind != "reward" else None  # as the config cuts
+        collator = {"data_collator": PackedCollator(share_prompt=True, max_length=cut)} if share else {}
         packed = _trained(kind, _packed(kind), output_dir=str(tmp_path), **STEPS, **settings, **collator)
         assert P.max_difference(stock.model, packed.model) < 2e-5
         losses = [[h["loss"] for h in t.state.log_history if "loss" in h] for t in (stock, packed)]
@@ -148,6 +149,32 @@ def test_balance_trainer_refuses_trls_preference_trainers(kind, collator, tmp_pa
     t = P.trainer(kind, output_dir=str(tmp_path), gradient_accumulation_steps=2, **P.settings_of(kind), **kw)
     with pytest.raises(ValueError, match=f"use packlib.torch.{PACKED[kind]} with data_collator="):
         balance_trainer(t, P.sampler(kind, t))
+
+
+@pytest.mark.parametrize("kind, collator, config, match", [
+    ("dpo", dict(max_length=12), dict(max_length=9), "max_length=12 but the trainer's DPOConfig has max_length=9"),
+    ("dpo", dict(max_length=9), dict(max_length=9, truncation_mode="keep_end"),
+     "truncation_mode='keep_start' but the trainer's DPOConfig has truncation_mode='keep_end'"),
+    ("kto", dict(max_length=12), dict(), "max_length=12 but the trainer's KTOConfig has max_length=1024"),
+])
+def test_a_collator_that_cuts_otherwise_than_the_config_is_refused(kind, collator, config, match, tmp_path):
+    """A PackedCollator of one's own cuts as the config says, or is refused naming both values:
+    never packed rows of other tokens than TRL's batch."""
+    with pytest.raises(ValueError, match=re.escape(match)):
+        P.trainer(kind, _packed(kind), output_dir=str(tmp_path), **STEPS, **config,
+                  data_collator=PackedCollator(share_prompt=True, **collator))
+
+
+def test_a_collator_that_sets_no_cut_cuts_as_the_config(tmp_path):
+    """A PackedCollator(share_prompt=True) of one's own without max_length cuts as the config
+    says (a copy: one's own collator is left as it is), so the run equals TRL's own."""
+    mine = PackedCollator(share_prompt=True)
+    settings = dict(loss_type=["ipo"], beta=1.0, max_length=9)
+    packed = _trained("dpo", _packed("dpo"), output_dir=str(tmp_path), **STEPS, **settings, data_collator=mine)
+    assert (packed.data_collator.max_length, packed.data_collator.truncation_mode) == (9, "keep_start")
+    assert mine.max_length is None
+    stock = _trained("dpo", output_dir=str(tmp_path), **STEPS, **settings)
+    assert P.max_difference(stock.model, packed.model) < 2e-5
 
 
 def test_balance_trainer_refuses_a_packed_trainer_given_trls_collator(tmp_path):
@@ -264,3 +291,28 @@ def test_a_trained_model_is_left_as_it_was(tmp_path):
               for name, cls, t in (("stock", trl.DPOTrainer, stock), ("packed", _packed("dpo"), packed))]
     assert P.max_difference(*second) < 1e-5
     assert max(float((p - f).abs().max()) for p, f in zip(second[0].parameters(), first)) > 1e-3  # it trains
+
+
+# --------------------------------------------------------------------------- PEFT
+def test_kto_peft_precomputed_reference_is_the_adapter_disabled(tmp_path, monkeypatch):
+    """PackedKTOTrainer with a LoRA adapter, precompute_ref_log_probs and no ref_model: the
+    reference log-probs are the base model's (the adapter disabled, as TRL's), so training and
+    evaluate() afterwards equal TRL's own run."""
+    peft = pytest.importorskip("peft", reason="a LoRA adapter")
+    from peft.tuners.lora import torchao
+
+    monkeypatch.setattr(torchao, "is_torchao_available", lambda: False)  # an old torchao installed beside is unused
+
+    def run(cls):
+        args = trl.KTOConfig(str(tmp_path / cls.__name__), **{**P.SETTINGS, **STEPS, "precompute_ref_log_probs": True})
+        lora = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+        t = cls(model=P.causal_lm(), ref_model=None, args=args, train_dataset=P.dataset("kto"),
+                eval_dataset=P.dataset("kto"), processing_class=P.tokenizer(), peft_config=lora)
+        t.train()
+        return t, t.evaluate()["eval_loss"]
+
+    (stock, stock_loss), (packed, packed_loss) = run(trl.KTOTrainer), run(_packed("kto"))
+    torch.testing.assert_close(packed.train_dataset["ref_logps"], stock.train_dataset["ref_logps"], atol=1e-5,
+                               rtol=0)
+    assert P.max_difference(stock.model, packed.model) < 2e-5
+    assert packed_loss == pytest.approx(stock_loss, abs=1e-6)

@@ -21,12 +21,13 @@ rank, whatever the sizes of its micro-batches (the Trainer's count of a step's i
 from __future__ import annotations
 
 import contextlib
+import copy
 import inspect
 
-from ..._compat import host_method, tp_size, with_host_methods
+from ..._compat import host_method, reference_adapter, tp_size, with_host_methods
 from ..collate._collator import PACKED_TRAINER_FLAG, PADDED_READERS, PackedCollator
 from ..logps._logps import sequence_logps
-from ..collate._preference import model_inputs
+from ..collate._preference import model_inputs, truncation_settings
 from .._lazy import require_torch
 from ._trl_rows import ROW_KEY, is_packed_row, packed_forward, padded_view, row_units
 
@@ -43,6 +44,7 @@ class _Packed:
 
     _packlib_kind = "causal"
     _packlib_balanced = False
+    _packlib_cuts = ()  # the config's settings of TRL's truncation that a PackedCollator must share
 
     def __init__(self, *args, **kwargs):
         base = _trl_base(type(self))
@@ -51,6 +53,7 @@ class _Packed:
             bound.arguments["data_collator"] = self._packlib_default_collator(bound.arguments.get("args"), base)
         collator = bound.arguments["data_collator"]
         if isinstance(collator, PackedCollator):
+            collator = _agreed_cuts(collator, bound.arguments.get("args"), base, self._packlib_cuts)
             bound.arguments["data_collator"] = self._packlib_collator(collator)
         super().__init__(*bound.args[1:], **bound.kwargs)
 
@@ -109,6 +112,8 @@ class _Packed:
 
 
 class _DPO(_Packed):
+    _packlib_cuts = ("max_length", "truncation_mode")
+
     def _packlib_default_collator(self, args, base):
         return PackedCollator(max_length=_setting(args, base, "max_length"),
                               truncation_mode=_setting(args, base, "truncation_mode"))
@@ -141,6 +146,7 @@ class _KTO(_Packed):
     # per_device_train_batch_size sets KTO's KL pairs (TRL rotates completions within such
     # chunks of the dataset); balanced micro-batches are the sampler's whatever it is
     packlib_any_batch_size = True
+    _packlib_cuts = ("max_length",)
 
     def _packlib_default_collator(self, args, base):
         return PackedCollator(max_length=_setting(args, base, "max_length"))
@@ -167,9 +173,10 @@ class _KTO(_Packed):
         if not is_packed_row(inputs):
             return super().compute_ref_log_probs(model, inputs)
         torch = require_torch()
-        with torch.no_grad(), self.accelerator.autocast():
+        # a PEFT model without ref_model is its own reference with the adapter disabled, as in TRL's
+        with torch.no_grad(), reference_adapter(self), self.accelerator.autocast():
             logps = sequence_logps(model(**model_inputs(inputs)).logits, inputs)
-        return logps, (_kl_sums(model, inputs) if self.calculate_KL else None)
+            return logps, (_kl_sums(model, inputs) if self.calculate_KL else None)
 
 
 @contextlib.contextmanager
@@ -246,6 +253,32 @@ def _tokens(row):
     """A stand-in ``attention_mask`` whose sum is the row's tokens (TRL's ``num_tokens``)."""
     torch = require_torch()
     return torch.ones_like(row["input_ids"])
+
+
+def _agreed_cuts(collator, args, base, names):
+    """A ``PackedCollator`` given to a packed trainer cuts as the trainer's config says (TRL's
+    own collator cuts by ``max_length`` / ``truncation_mode``): one that sets no ``max_length``
+    is copied with the config's, one that sets other values is refused, naming both."""
+    if not names:
+        return collator
+    want = {name: _setting(args, base, name) for name in names}
+    if collator.max_length is None and want["max_length"] is not None:
+        agreed = copy.copy(collator)  # the user's collator itself is left as it is
+        agreed.max_length, agreed.truncation_mode = truncation_settings(
+            want["max_length"], want.get("truncation_mode", collator.truncation_mode), collator.share_prompt)
+        return agreed
+    for name in names:
+        want, have = _setting(args, base, name), getattr(collator, name)
+        if name == "truncation_mode" and _setting(args, base, "max_length") is None:
+            continue  # nothing is cut: the mode does not matter
+        if want != have:
+            config = base.__name__.replace("Trainer", "Config")
+            raise ValueError(f"the data_collator's {name}={have!r} but the trainer's {config} has {name}={want!r}: "
+                             f"TRL's own collator cuts by the config, so the packed rows would hold other tokens than "
+                             f"TRL's batch; build the collator with PackedCollator(..., {name}={want!r}), or set "
+                             f"{name}={have!r} in the config (or leave data_collator out: the default cuts as the "
+                             "config says)")
+    return collator
 
 
 def _setting(args, base, name):
