@@ -56,16 +56,29 @@ class PackedGRPOMixin:
         step = batch_size or n
         logps = torch.zeros(n, logits_to_keep, dtype=torch.float32, device=input_ids.device)
         entropies = torch.zeros_like(logps) if compute_entropy else None
+        ran = False
         for start in range(0, n, step):
             rows = range(start, min(n, start + step))
-            self._packed_chunk(model, input_ids, attention_mask, logits_to_keep, rows, logps, entropies)
+            ran |= self._packed_chunk(model, input_ids, attention_mask, logits_to_keep, rows, logps, entropies)
+        if not ran and n and torch.is_grad_enabled():
+            logps += self._packlib_anchor(model, input_ids, logits_to_keep)
         return logps, entropies, None
+
+    def _packlib_anchor(self, model, input_ids, keep):
+        """A zero connected to the model's graph: when every completion of the call is masked
+        (``mask_truncated_completions``), the log-probs still come from a forward of the model
+        (one prompt token), so that TRL's ``backward`` finds a graph, as with its own forward."""
+        torch = require_torch()
+        token = input_ids[:1, -keep - 1:-keep]  # the last prompt token (prompts are left-padded)
+        with self.accelerator.autocast():
+            logits = model(input_ids=token, position_ids=torch.zeros_like(token), use_cache=False).logits
+        return logits.float().sum() * 0
 
     def _packed_chunk(self, model, input_ids, attention_mask, keep, rows, logps, entropies):
         torch = require_torch()
         examples, order = _groups(input_ids, attention_mask, keep, rows)
         if not examples:
-            return
+            return False
         inner = self.accelerator.unwrap_model(model)  # its config: DDP and the like hide it
         share = _attention(inner) != "flash"
         collate = PackedCollator(share_prompt=share, ragged_groups=True, flash_attn_kwargs=not share,
@@ -83,6 +96,7 @@ class PackedGRPOMixin:
             with torch.set_grad_enabled(torch.is_grad_enabled() and entropy_bonus(self)):
                 ent = _entropies(logits, batch, temperature, ours.shape)
             entropies[index, :ours.shape[1]] = ent * mask
+        return True
 
 
 PackedGRPOMixin.__module__ = "packlib.torch"
