@@ -14,6 +14,7 @@ True
 from __future__ import annotations
 
 import sys
+from importlib import metadata
 
 #: packlib's name -> the private method of the host trainer that packlib's trainers override
 #: (transformers' ``Trainer``, TRL's ``KTOTrainer`` and ``GRPOTrainer``)
@@ -109,3 +110,54 @@ def fused_output_class():
     from trl.trainer.utils import FusedCausalLMOutput
 
     return FusedCausalLMOutput
+
+
+# ------------------------------------------------------------------------ supported versions
+#: the versions of the host libraries packlib's trainers are tested on and exact with:
+#: ``(lowest, first excluded above, why the ones below are excluded)`` (docs/training.md)
+SUPPORTED = {
+    "transformers": ((5, 19), (6, 0), "before 5.19 the Trainer has no loss_is_scaled_for_ga, and a balanced step's "
+                                      "loss is divided by the accumulation steps twice (silently wrong parameters)"),
+    "accelerate": ((1, 14), (2, 0), "before 1.14 a prepared BalancedBatchSampler loader on two or more processes "
+                                    "fails on even_batches"),
+    "trl": ((1, 16), (1, 17), "TRL 1.14 fails inside its own loss on packed rows, 0.29 never hands the model the "
+                              "packed row (silently wrong), and the packed trainers override TRL 1.16's internals, "
+                              "which a later TRL may change"),
+}
+
+
+def _release(version: str) -> tuple:
+    """``(major, minor)`` of a version string (``"5.19rc1"`` is ``(5, 19)``)."""
+    out = []
+    for part in version.split(".")[:2]:
+        digits = ""
+        for c in part:
+            if not c.isdigit():
+                break
+            digits += c
+        out.append(int(digits or 0))
+    return tuple(out + [0] * (2 - len(out)))
+
+
+def installed_version(name: str):
+    """The installed version of distribution ``name`` (not imported), or ``None``."""
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def check_versions(names, what: str) -> None:
+    """Refuse (``RuntimeError``) an installed host library outside :data:`SUPPORTED`, naming
+    the installed and the supported versions and why; one not installed is the caller's
+    ``ImportError`` to raise."""
+    for name in names:
+        have = installed_version(name)
+        if have is None:
+            continue
+        low, high, why = SUPPORTED[name]
+        if not low <= _release(have) < high:
+            span = f">={low[0]}.{low[1]},<{high[0]}.{high[1]}"
+            raise RuntimeError(f"{what} supports {name} {span}, but {name} {have} is installed: {why}. Install a "
+                               f"supported version (pip install '{name}{span}'; pip install 'packlib[trl]' brings the "
+                               "supported set), see docs/training.md, \"Supported versions\"")

@@ -25,7 +25,7 @@ import functools
 
 import numpy as np
 
-from ..._compat import collator_with_removed_columns, remove_unused_columns
+from ..._compat import check_versions, collator_with_removed_columns, remove_unused_columns
 from ...balancing._epochs import EpochStream
 from ...balancing._sampler import BalancedBatchSampler, set_label_counter
 from ..collate._examples import label_tokens
@@ -80,7 +80,9 @@ def balance_trainer(trainer, sampler):
     step's loss is then the mean over all the step's pairs (KTO: examples) on every rank
     (``PackedKTOTrainer`` takes any ``per_device_train_batch_size``: it only sets KTO's KL pairs).
 
-    Refused (``ValueError``, naming the setting): ``per_device_train_batch_size`` other than
+    Refused (``RuntimeError``, naming the installed and the supported versions): transformers,
+    Accelerate or (for TRL's trainers) TRL outside the supported range (docs/training.md,
+    "Supported versions"). Refused (``ValueError``, naming the setting): ``per_device_train_batch_size`` other than
     1, ``gradient_accumulation_steps`` other than the sampler's ``micro_batches``, a rank or
     world size other than the trainer's, transformers' padding collators, TRL's preference
     trainers (above), and (when the trainer builds its loader) a dataset whose rows are not
@@ -94,6 +96,8 @@ def balance_trainer(trainer, sampler):
     """
     if not isinstance(sampler, BalancedBatchSampler):
         raise TypeError(f"sampler must be a packlib.BalancedBatchSampler, got {type(sampler).__name__}")
+    from_trl = any(c.__module__.startswith("trl.") for c in type(trainer).__mro__)
+    check_versions(("transformers", "accelerate") + (("trl",) if from_trl else ()), "packlib.torch.balance_trainer")
     refuse_unweighted(trainer)  # TRL's preference trainers: packlib's, which weigh every pair of a step, or refused
     args = trainer.args
     if args.per_device_train_batch_size != 1 and not getattr(trainer, "packlib_any_batch_size", False):

@@ -16,7 +16,7 @@ stay TRL's own.
 """
 from __future__ import annotations
 
-from ..._compat import attn_implementation, entropy_bonus, with_host_methods
+from ..._compat import attn_implementation, check_versions, entropy_bonus, with_host_methods
 from .._lazy import require_torch
 from ..collate import PackedCollator, model_inputs, shared_prompt_block_mask
 from ..logps import token_logps
@@ -160,7 +160,8 @@ def packed_grpo_trainer():
         try:
             from trl import GRPOTrainer
         except ImportError as e:
-            raise ImportError("PackedGRPOTrainer needs TRL: pip install trl") from e
+            raise ImportError("PackedGRPOTrainer needs TRL: pip install 'packlib[trl]'") from e
+        check_versions(("transformers", "accelerate", "trl"), "packlib.torch.PackedGRPOTrainer")
         _CLASS = type("PackedGRPOTrainer", (PackedGRPOMixin, GRPOTrainer), {
             "__module__": "packlib.torch", "__doc__":
             "``trl.GRPOTrainer`` computing its per-token log-probs on packed rows, each prompt once "

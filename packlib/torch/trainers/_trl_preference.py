@@ -24,7 +24,7 @@ import contextlib
 import copy
 import inspect
 
-from ..._compat import host_method, reference_adapter, tp_size, with_host_methods
+from ..._compat import check_versions, host_method, reference_adapter, tp_size, with_host_methods
 from ..collate._collator import PACKED_TRAINER_FLAG, PADDED_READERS, PackedCollator
 from ..logps._logps import sequence_logps
 from ..collate._preference import model_inputs, truncation_settings
@@ -314,8 +314,9 @@ def trainer_class(name: str):
         try:
             import trl
         except ImportError as e:
-            raise ImportError(f"packlib.torch.{name} subclasses TRL's {TRAINERS[name]}: pip install trl") from e
+            raise ImportError(f"packlib.torch.{name} subclasses TRL's {TRAINERS[name]}: pip install 'packlib[trl]'") from e
 
+        check_versions(("transformers", "accelerate", "trl"), f"packlib.torch.{name}")
         base_name = TRAINERS[name]
         base = getattr(trl, base_name)
         unit = "examples" if base_name == "KTOTrainer" else "pairs"
