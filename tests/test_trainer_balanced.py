@@ -323,11 +323,12 @@ def test_two_processes_train_the_plan(tmp_path):
     balance_trainer: each rank packs exactly its planned micro-batches, in order, over the
     planned epochs end to end, so every sample is trained once per planned epoch; both ranks
     end with parameters equal to each other and to SGD on each step's token mean over both
-    ranks' micro-batches, computed without packlib."""
+    ranks' micro-batches, computed without packlib; TRL's SFTTrainer too. The plan gives the
+    ranks different numbers of examples (and tokens) in the same micro-batch."""
     datasets = pytest.importorskip("datasets")  # noqa: F841  (the worker builds a datasets.Dataset)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.run([sys.executable, "-m", "tests._trainer_worker", str(free_port()), str(tmp_path)], cwd=ROOT,
-                          env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+                          env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-4000:]
     s = worker.SETTINGS
     lengths, ids, labels = worker.samples()
@@ -354,3 +355,11 @@ def test_two_processes_train_the_plan(tmp_path):
                     _steps(worker.sampler(lengths, 0), *arrays, range(s["epochs"])))
     for k, v in m.state_dict().items():
         torch.testing.assert_close(params[0][k], v, atol=1e-5, rtol=1e-4)
+    assert any(len(a) != len(b) for a, b in zip(seen[0]["trainer"], seen[1]["trainer"]))  # unequal counts
+    import importlib.util
+
+    if importlib.util.find_spec("trl") is not None:  # the worker trains TRL's SFTTrainer too
+        sft = [torch.load(tmp_path / f"params-sft-{r}.pt") for r in range(W)]
+        assert all(torch.equal(sft[0][k], sft[1][k]) for k in sft[0])
+        for k, v in m.state_dict().items():
+            torch.testing.assert_close(sft[0][k], v, atol=1e-5, rtol=1e-4)
