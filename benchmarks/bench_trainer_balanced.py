@@ -72,6 +72,13 @@ class Opaque:
         return iter(list(self.inner._micro_batches(0)))
 
 
+def _declared(loader):
+    """A prepared loader declared to the BalancedBatchSampler it draws (``drawn_by``), where
+    the checkout has the declaration and the loader draws one."""
+    inner = getattr(loader.batch_sampler, "batch_sampler", None)
+    return inner.drawn_by(loader) if hasattr(inner, "drawn_by") else loader
+
+
 def through_prepare(lengths, wrap, epochs=2, **kw):
     """Per epoch: (never trained, trained twice, len(loader) per rank, planned per rank)."""
     from accelerate.data_loader import prepare_data_loader
@@ -83,6 +90,7 @@ def through_prepare(lengths, wrap, epochs=2, **kw):
     loaders = [prepare_data_loader(torch.utils.data.DataLoader(list(range(lengths.size)), batch_sampler=wrap(s),
                                                                collate_fn=list), num_processes=W, process_index=r, **kw)
                for r, s in enumerate(samplers)]
+    loaders = [_declared(loader) for loader in loaders]
     for epoch in range(epochs):
         counts = np.zeros(lengths.size, np.int64)
         for s, loader in zip(samplers, loaders):
@@ -143,9 +151,9 @@ def balanced_trainer_plan(lengths, L, W, M, cost):
 
     def loader(r):
         s = packlib.BalancedBatchSampler(lengths, L, rank=r, world_size=W, micro_batches=M, cost=cost)
-        dl = torch.utils.data.DataLoader(list(range(lengths.size)), batch_sampler=EpochStream(s, epochs=1),
-                                         collate_fn=np.asarray)
-        return prepare_data_loader(dl, num_processes=W, process_index=r)
+        stream = EpochStream(s, epochs=1)
+        dl = torch.utils.data.DataLoader(list(range(lengths.size)), batch_sampler=stream, collate_fn=np.asarray)
+        return stream.drawn_by(prepare_data_loader(dl, num_processes=W, process_index=r))
 
     return _steps(rank_plans(loader, W), M)
 

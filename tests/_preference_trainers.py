@@ -7,8 +7,9 @@ step, the stock trainer's ``compute_loss`` on its padded batch of the step's mic
 each weighted by its pairs (examples) over the step's, and plain SGD (what the Trainer does
 with ``optim="sgd"``, a constant learning rate and no clipping).
 
-Run as ``python -m tests._preference_trainers PORT OUT_DIR KIND`` it forks two gloo ranks that
-train ``KIND`` (dpo, kto) packed and balanced and write their parameters (``params-RANK.pt``)
+Run as ``python -m tests._preference_trainers PORT OUT_DIR KIND [skewed]`` it forks two gloo
+ranks that train ``KIND`` (dpo, reward, kto) packed and balanced (``skewed``: on data whose
+steps give the ranks different numbers of pairs) and write their parameters (``params-RANK.pt``)
 and their planned steps; exits 0 when both did. Importable without torch.
 """
 from __future__ import annotations
@@ -65,22 +66,31 @@ def _words(rng, lo, hi):
     return " ".join(f"t{i}" for i in rng.integers(2, VOCAB, rng.integers(lo, hi)))
 
 
-def dataset(kind: str, n: int = 16, seed: int = 0):
+def dataset(kind: str, n: int = 16, seed: int = 0, skewed: bool = False):
     """TRL's data for ``kind``: DPO text pairs, reward pairs of token ids with a margin, KTO
-    text examples with labels."""
+    text examples with labels. ``skewed``: every fourth long enough to fill a row alone, the
+    rest short, so that a balanced step gives one rank one long pair (example) where the other
+    gets several short ones."""
     import datasets
 
     rng = np.random.default_rng(seed)
-    if kind == "dpo":
-        return datasets.Dataset.from_dict({"prompt": [_words(rng, 2, 8) for _ in range(n)],
-                                           "chosen": [" " + _words(rng, 1, 9) for _ in range(n)],
-                                           "rejected": [" " + _words(rng, 1, 9) for _ in range(n)]})
+    long = [skewed and i % 4 == 0 for i in range(n)]
     if kind == "reward":
-        ids = [[rng.integers(2, VOCAB, rng.integers(2, 12)).tolist() for _ in range(n)] for _ in range(2)]
+        size = [(16, 19) if b else ((2, 12) if not skewed else (2, 4)) for b in long]
+        ids = [[rng.integers(2, VOCAB, rng.integers(*s)).tolist() for s in size] for _ in range(2)]
         return datasets.Dataset.from_dict({"chosen_ids": ids[0], "rejected_ids": ids[1],
                                            "margin": rng.random(n).round(3).tolist()})
-    return datasets.Dataset.from_dict({"prompt": [_words(rng, 2, 8) for _ in range(n)],
-                                       "completion": [" " + _words(rng, 1, 9) for _ in range(n)],
+    prompts = [_words(rng, 9, 11) if big else _words(rng, 2, 8 if not skewed else 3) for big in long]
+
+    def completion(big):
+        return " " + _words(rng, 4, 6) if big else " " + _words(rng, 1, 9 if not skewed else 3)
+
+    if kind == "dpo":
+        return datasets.Dataset.from_dict({"prompt": prompts, "chosen": [completion(b) for b in long],
+                                           "rejected": [completion(b) for b in long]})
+    if skewed:  # KTO's long examples fill a row alone
+        prompts = [_words(rng, 25, 28) if big else _words(rng, 2, 5) for big in long]
+    return datasets.Dataset.from_dict({"prompt": prompts, "completion": [completion(b) for b in long],
                                        "label": [bool(b) for b in rng.integers(0, 2, n)]})
 
 
@@ -168,7 +178,12 @@ def settings_of(kind):
 
 
 # ------------------------------------------------------------------ two gloo ranks
-def main(rank: int, out: pathlib.Path, kind: str) -> None:
+#: the settings of each kind on two ranks: KTO without its KL term (TRL averages that over the
+#: ranks' micro-batches, so its reference is no sum over micro-batches)
+RANK_SETTINGS = {"kto": {"loss_type": "apo_zero_unpaired"}}
+
+
+def main(rank: int, out: pathlib.Path, kind: str, skewed: bool = False) -> None:
     import torch
 
     from packlib.torch import PackedCollator, balance_trainer
@@ -177,8 +192,9 @@ def main(rank: int, out: pathlib.Path, kind: str) -> None:
     torch.set_num_threads(1)
     cls = _trl_preference.trainer_class({"dpo": "PackedDPOTrainer", "kto": "PackedKTOTrainer",
                                          "reward": "PackedRewardTrainer"}[kind])
-    t = trainer(kind, cls, data_collator=PackedCollator(), gradient_accumulation_steps=2, max_steps=STEPS,
-                output_dir=str(out / f"run-{rank}"), **settings_of(kind))
+    t = trainer(kind, cls, data=dataset(kind, skewed=skewed), data_collator=PackedCollator(),
+                gradient_accumulation_steps=2, max_steps=STEPS, output_dir=str(out / f"run-{rank}"),
+                **settings_of(kind), **RANK_SETTINGS.get(kind, {}))
     s = sampler(kind, t, rank=t.args.process_index, world_size=t.args.world_size)
     balance_trainer(t, s)
     t.train()
@@ -189,7 +205,7 @@ def main(rank: int, out: pathlib.Path, kind: str) -> None:
 STEPS = 3
 
 
-def launch(port: int, out: str, kind: str) -> int:
+def launch(port: int, out: str, kind: str, skewed: bool = False) -> int:
     import torch  # noqa: F401  (imported once, inherited by the ranks)
     import trl  # noqa: F401
     import transformers.models.llama.modeling_llama  # noqa: F401
@@ -199,10 +215,10 @@ def launch(port: int, out: str, kind: str) -> int:
     def run(rank):
         os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
                           MASTER_PORT=str(port))
-        main(rank, pathlib.Path(out), kind)
+        main(rank, pathlib.Path(out), kind, skewed)
 
     return fork_ranks(2, run)
 
 
 if __name__ == "__main__":
-    sys.exit(launch(int(sys.argv[1]), sys.argv[2], sys.argv[3]))
+    sys.exit(launch(int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4:] == ["skewed"]))

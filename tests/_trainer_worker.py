@@ -6,13 +6,15 @@ started by tests/test_trainer_balanced.py::test_two_processes_train_the_plan:
 imports torch and transformers once, then forks the ranks (POSIX). Each rank, with the
 environment a launcher gives it (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT):
 
-1. ``Accelerator().prepare(DataLoader(batch_sampler=BalancedBatchSampler(...)))``: the sample
+1. ``sampler.drawn_by(Accelerator().prepare(DataLoader(batch_sampler=sampler)))``: the sample
    ids of every micro-batch it yields in epochs 0 and 1 (``loader.set_epoch``), and
    ``len(loader)``;
 2. ``Trainer`` + ``packlib.torch.balance_trainer`` for ``EPOCHS`` epochs: the sample ids of
-   every micro-batch the collator packs, in order, and the parameters at the end.
+   every micro-batch the collator packs, in order, and the parameters at the end;
+3. the same with TRL's ``SFTTrainer`` (where TRL is installed): the parameters at the end.
 
-Writes ``OUT_DIR/rank-RANK.json`` and ``OUT_DIR/params-RANK.pt``; exits 0 when every rank did.
+Writes ``OUT_DIR/rank-RANK.json``, ``OUT_DIR/params-RANK.pt`` and ``OUT_DIR/params-sft-RANK.pt``;
+exits 0 when every rank did.
 Importable without torch (the test reads ``SETTINGS`` and ``samples``).
 """
 from __future__ import annotations
@@ -81,8 +83,9 @@ def main(rank: int, out: pathlib.Path) -> None:
     index = {tuple(x): i for i, x in enumerate(ids)}
     seen = {"accelerate": [], "trainer": []}
     accelerator = Accelerator(cpu=True)
-    loader = accelerator.prepare(torch.utils.data.DataLoader(list(range(SAMPLES)), batch_sampler=sampler(lengths, rank),
-                                                             collate_fn=list))
+    plan = sampler(lengths, rank)
+    loader = plan.drawn_by(accelerator.prepare(torch.utils.data.DataLoader(list(range(SAMPLES)), batch_sampler=plan,
+                                                                           collate_fn=list)))
     seen["len"] = len(loader)
     for epoch in range(2):
         loader.set_epoch(epoch)
@@ -99,7 +102,35 @@ def main(rank: int, out: pathlib.Path) -> None:
     trainer.train()
     seen["steps"] = trainer.state.global_step
     torch.save({k: v.detach().clone() for k, v in trainer.model.state_dict().items()}, out / f"params-{rank}.pt")
+    sft = sft_run(out, lengths, ids, labels)
+    if sft is not None:
+        torch.save({k: v.detach().clone() for k, v in sft.items()}, out / f"params-sft-{rank}.pt")
     (out / f"rank-{rank}.json").write_text(json.dumps(seen))
+
+
+def sft_run(out, lengths, ids, labels):
+    """TRL's SFTTrainer with balance_trainer on the same data and plan: its parameters, or
+    ``None`` without TRL."""
+    try:
+        import trl
+    except ImportError:
+        return None
+    import datasets
+
+    from packlib.torch import PackedCollator, balance_trainer
+    from tests._preference_trainers import tokenizer
+
+    s = SETTINGS
+    args = trl.SFTConfig(str(out / "sft"), per_device_train_batch_size=1, gradient_accumulation_steps=s["micro_batches"],
+                         num_train_epochs=s["epochs"], max_length=None, learning_rate=1e-2, optim="sgd",
+                         lr_scheduler_type="constant", max_grad_norm=0.0, report_to=[], use_cpu=True,
+                         save_strategy="no", disable_tqdm=True, bf16=False)
+    dataset = datasets.Dataset.from_dict({"input_ids": ids, "labels": labels})
+    trainer = trl.SFTTrainer(model=tiny_model(), args=args, train_dataset=dataset, processing_class=tokenizer(),
+                             data_collator=PackedCollator())
+    balance_trainer(trainer, sampler(lengths, args.process_index))
+    trainer.train()
+    return trainer.model.state_dict()
 
 
 def launch(port: int, out: str) -> int:

@@ -7,6 +7,10 @@
   its signature, in order (or defers with "As for :func:`x`").
 - no timing figures in docstrings (they go stale; measured figures live in README.md,
   docs/ and benchmarks/).
+- no stack frames and no source text: packlib integrates through explicit arguments and
+  documented hooks, never by reading its callers' frames or a function's source.
+- one compatibility module: every private name of transformers, TRL, Accelerate and torch
+  that packlib reads lives in ``packlib/_compat.py``.
 """
 import ast
 import pathlib
@@ -374,3 +378,56 @@ def test_no_timing_figures_in_docstrings():
     bad = [f"{_rel(p)}:{line}:{name}: {figures}" for p in SOURCES for name, line, doc in _docstrings(p)
            if (figures := timing_figures(doc))]
     assert not bad, "timing figures in docstrings (move them to README.md, docs/ or benchmarks/):\n" + "\n".join(bad)
+
+
+# ------------------------------------------------------------- explicit hooks, not frames
+FRAME_READERS = ("_getframe", "inspect.stack", "currentframe", "getsource", "f_back", "f_locals", "getouterframes")
+
+
+def test_no_stack_frames_or_source_text():
+    """What a sampler, collator or trainer does is decided by what it is told (arguments,
+    ``drawn_by``, documented hooks), never by its caller's frames or a function's source."""
+    bad = [f"{_rel(p)}:{i}: {line.strip()}" for p in SOURCES
+           for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+           if any(w in line for w in FRAME_READERS)]
+    assert not bad, "\n".join(bad)
+
+
+# --------------------------------------------------------------- one compatibility module
+COMPAT = PACKAGE / "_compat.py"
+HOSTS = ("transformers", "trl", "accelerate", "torch")
+# objects of the host libraries whose private attributes a module might read
+HOST_OBJECTS = ("trainer", "accelerator", "model", "config", "args", "state", "partial", "super()", "module")
+
+
+def _host_private_reads(path):
+    """``(line, what)`` of every private name of a host library that ``path`` reads: a
+    private attribute of a host object, a private module of a host, a private name in a
+    ``getattr`` string, or a private host method that :mod:`packlib._compat` names."""
+    from packlib._compat import HOST_METHODS
+
+    tree, out = _tree(path), []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__") \
+                and not node.attr.startswith("_packlib"):
+            owner = ast.unparse(node.value)
+            if owner.split(".")[-1] in HOST_OBJECTS or owner.split(".")[0] in HOSTS:
+                out.append((node.lineno, f"{owner}.{node.attr}"))
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] in HOSTS:
+            private = [p for p in (node.module or "").split(".") if p.startswith("_")]
+            private += [a.name for a in node.names if a.name.startswith("_")]
+            if private or node.module in ("transformers.core_model_loading", "trl.trainer.utils"):
+                out.append((node.lineno, f"from {node.module} import ..."))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                and node.value in set(HOST_METHODS.values()) | {"_tp_size", "_entropy_bonus_enabled",
+                                                                 "_attn_implementation", "_shared_state"}:
+            out.append((node.lineno, repr(node.value)))
+        elif isinstance(node, ast.FunctionDef) and node.name in HOST_METHODS.values():
+            out.append((node.lineno, f"def {node.name}"))
+    return out
+
+
+def test_host_private_names_live_in_the_compat_module():
+    bad = [f"{_rel(p)}:{line}: {what}" for p in SOURCES if p != COMPAT for line, what in _host_private_reads(p)]
+    assert not bad, "read these through packlib/_compat.py:\n" + "\n".join(bad)
+    assert _host_private_reads(COMPAT)  # the check sees them where they are

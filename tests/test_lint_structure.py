@@ -21,8 +21,8 @@ SOURCES = sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.part
 # above. Names are relative to packlib ("" is packlib/__init__.py); a package stands for
 # all its modules. docs/design.md draws the same picture.
 FLOORS = [
-    ("base", ["_version", "_hooks", "_jit", "_deprecation", "_validate", "_progress", "_names", "_nnls_limits", "_shared_compile",
-              "datasets", "plot"]),
+    ("base", ["_version", "_hooks", "_jit", "_deprecation", "_validate", "_progress", "_names", "_nnls_limits",
+              "_shared_compile", "_compat", "datasets", "plot"]),
     ("kernels", ["_kernels"]),
     ("results", ["_histogram", "_canonical", "_packs", "_plan", "_first_use"]),
     ("packers", ["packing", "_nnls_recipe", "optimal", "blending", "balancing", "context_parallel"]),

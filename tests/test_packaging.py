@@ -98,6 +98,34 @@ def test_all_extra_holds_every_extra():
     assert req.extras == extras - {"all", "test"}
 
 
+def _declared_extras():
+    """``pyproject.toml``'s extras as written (the installed metadata may be another checkout's)."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return {k: [Requirement(r) for r in v] for k, v in project["optional-dependencies"].items()}
+
+
+def test_the_trainer_extras_install_the_supported_range():
+    """packlib[torch] brings transformers and accelerate, packlib[trl] TRL too (what the README's
+    trainer blocks import), each over the range packlib's trainers check at run time; all
+    names every extra but test."""
+    from packlib._compat import SUPPORTED
+
+    extras = _declared_extras()
+    torch_, trl_ = ({r.name: r for r in extras[k]} for k in ("torch", "trl"))
+    assert {"torch", "transformers", "accelerate"} <= set(torch_) and {"packlib", "trl"} <= set(trl_)
+    assert trl_["packlib"].extras == {"torch"}
+    for name, req in (("transformers", torch_["transformers"]), ("accelerate", torch_["accelerate"]),
+                      ("trl", trl_["trl"])):
+        (low, high, _) = SUPPORTED[name]
+        assert req.specifier.contains(f"{low[0]}.{low[1]}.0"), req
+        assert not req.specifier.contains(f"{low[0]}.{low[1] - 1}.9") if low[1] else True, req
+        assert not req.specifier.contains(f"{high[0]}.{high[1]}.0"), req
+    (everything,) = extras["all"]
+    assert everything.extras == set(extras) - {"all", "test"}
+
+
 def test_test_extra_holds_the_formats_dependencies():
     names = {r.name for r in _requirements("test")}
     assert {"pytest", "hypothesis", "pyarrow", "datasets", "pandas", "setuptools"} <= names

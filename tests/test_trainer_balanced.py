@@ -61,8 +61,10 @@ class _Opaque:
 
 
 def _prepared(batch_sampler, rank, **kw):
+    """Accelerate's prepared loader, declared to the sampler (``drawn_by``) where it is one."""
     loader = torch.utils.data.DataLoader(list(range(299)), batch_sampler=batch_sampler, collate_fn=list)
-    return accelerate_data_loader.prepare_data_loader(loader, num_processes=W, process_index=rank, **kw)
+    loader = accelerate_data_loader.prepare_data_loader(loader, num_processes=W, process_index=rank, **kw)
+    return batch_sampler.drawn_by(loader) if isinstance(batch_sampler, packlib.BalancedBatchSampler) else loader
 
 
 # ------------------------------------------------------------------------------ Accelerate
@@ -99,6 +101,21 @@ def test_without_the_sampler_seeing_accelerate_samples_are_lost():
     assert len(trained) < 299 * 0.6
 
 
+def test_an_undeclared_sampler_under_several_accelerate_processes_is_refused(monkeypatch):
+    """Undeclared, the sampler cannot tell whether accelerator.prepare deals its micro-batches:
+    under an Accelerate state of two processes its iteration is refused, naming drawn_by and
+    balance_trainer, rather than losing half its samples; declared, it yields what is dealt."""
+    from packlib.balancing import _drawn
+
+    monkeypatch.setattr(_drawn, "accelerate_processes", lambda: (W, 0))
+    lengths = np.random.default_rng(0).integers(2, 40, 299)
+    loader = torch.utils.data.DataLoader(list(range(299)), batch_sampler=_sampler(lengths, 0), collate_fn=list)
+    loader = accelerate_data_loader.prepare_data_loader(loader, num_processes=W, process_index=0)
+    with pytest.raises(ValueError, match=r"sampler.drawn_by\(accelerator.prepare\(loader\)\).*balance_trainer"):
+        next(iter(loader))
+    assert list(_prepared(_sampler(lengths, 0), 0)) == _planned(lengths, 0, 0)[0]
+
+
 @pytest.mark.parametrize("world_size, rank", [(4, 1), (2, 0)])
 def test_a_sampler_for_another_process_is_refused_by_name(world_size, rank):
     lengths = np.random.default_rng(1).integers(2, 40, 60)
@@ -106,20 +123,18 @@ def test_a_sampler_for_another_process_is_refused_by_name(world_size, rank):
     loader = accelerate_data_loader.prepare_data_loader(loader, num_processes=world_size, process_index=rank)
     match = f"rank 1 of world_size 2, but .* as process {rank} of {world_size}"
     with pytest.raises(ValueError, match=match):
-        len(loader)
-    with pytest.raises(ValueError, match=match):
-        next(iter(loader))
+        loader.batch_sampler.batch_sampler.drawn_by(loader)
 
 
 def test_dispatched_batches_are_refused():
     """dispatch_batches=True would split each packed row between the processes."""
     lengths = np.random.default_rng(1).integers(2, 40, 60)
-    loader = torch.utils.data.DataLoader(list(range(60)), batch_sampler=_sampler(lengths, world_size=1),
-                                         collate_fn=lambda b: torch.zeros(1, 3))
+    sampler = _sampler(lengths, world_size=1)
+    loader = torch.utils.data.DataLoader(list(range(60)), batch_sampler=sampler, collate_fn=lambda b: torch.zeros(1, 3))
     loader = accelerate_data_loader.prepare_data_loader(loader, num_processes=1, process_index=0, put_on_device=True,
                                                         dispatch_batches=True, device=torch.device("cpu"))
     with pytest.raises(ValueError, match="dispatch_batches=True"):
-        next(iter(loader))
+        sampler.drawn_by(loader)
 
 
 def test_the_sampler_state_under_accelerate_is_refused():
@@ -130,7 +145,7 @@ def test_the_sampler_state_under_accelerate_is_refused():
     loader = accelerate_data_loader.prepare_data_loader(
         torch.utils.data.DataLoader(list(range(60)), batch_sampler=s, collate_fn=list), num_processes=1,
         process_index=0)
-    it = iter(loader)
+    it = iter(s.drawn_by(loader))
     next(it)
     with pytest.raises(RuntimeError, match="Accelerate.*skip_first_batches"):
         s.state_dict()
@@ -219,7 +234,7 @@ def test_label_tokens_of_another_length_are_refused():
     s = _sampler(lengths, world_size=1)                       # a dataset that is not the lengths'
     loader = torch.utils.data.DataLoader([{"input_ids": [1, 2], "labels": [1, 2]}] * 29, batch_sampler=s,
                                          collate_fn=PackedCollator())
-    iter(loader)
+    iter(s.drawn_by(loader))
     with pytest.raises(ValueError, match="29 examples for 30 lengths"):
         next(s.step_label_tokens())
 
@@ -308,11 +323,12 @@ def test_two_processes_train_the_plan(tmp_path):
     balance_trainer: each rank packs exactly its planned micro-batches, in order, over the
     planned epochs end to end, so every sample is trained once per planned epoch; both ranks
     end with parameters equal to each other and to SGD on each step's token mean over both
-    ranks' micro-batches, computed without packlib."""
+    ranks' micro-batches, computed without packlib; TRL's SFTTrainer too. The plan gives the
+    ranks different numbers of examples (and tokens) in the same micro-batch."""
     datasets = pytest.importorskip("datasets")  # noqa: F841  (the worker builds a datasets.Dataset)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.run([sys.executable, "-m", "tests._trainer_worker", str(free_port()), str(tmp_path)], cwd=ROOT,
-                          env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+                          env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-4000:]
     s = worker.SETTINGS
     lengths, ids, labels = worker.samples()
@@ -339,3 +355,11 @@ def test_two_processes_train_the_plan(tmp_path):
                     _steps(worker.sampler(lengths, 0), *arrays, range(s["epochs"])))
     for k, v in m.state_dict().items():
         torch.testing.assert_close(params[0][k], v, atol=1e-5, rtol=1e-4)
+    assert any(len(a) != len(b) for a, b in zip(seen[0]["trainer"], seen[1]["trainer"]))  # unequal counts
+    import importlib.util
+
+    if importlib.util.find_spec("trl") is not None:  # the worker trains TRL's SFTTrainer too
+        sft = [torch.load(tmp_path / f"params-sft-{r}.pt") for r in range(W)]
+        assert all(torch.equal(sft[0][k], sft[1][k]) for k in sft[0])
+        for k, v in m.state_dict().items():
+            torch.testing.assert_close(sft[0][k], v, atol=1e-5, rtol=1e-4)

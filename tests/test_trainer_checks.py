@@ -9,6 +9,7 @@ Tiny random models built from configs (no download). Needs torch, transformers, 
 """
 from __future__ import annotations
 
+import re
 import warnings
 
 import numpy as np
@@ -102,8 +103,23 @@ def test_a_model_whose_loss_cannot_take_the_count_is_refused(tmp_path):
     args = worker.trainer_args(tmp_path, gradient_accumulation_steps=M)
     trainer = transformers.Trainer(model=Opaque(), args=args, train_dataset=[{"input_ids": [1, 2]}] * 4,
                                    data_collator=PackedCollator())
-    with pytest.raises(ValueError, match="Opaque.forward does not pass num_items_in_batch .* compute_loss_func="):
+    with pytest.raises(ValueError, match="Opaque declares accepts_loss_kwargs = False.* compute_loss_func="):
         balance_trainer(trainer, _sampler(np.full(4, 2)))
+
+
+def test_the_models_known_to_take_the_count_hand_it_to_their_loss():
+    """balance_trainer's table of models that declare accepts_loss_kwargs = False although their
+    forward hands num_items_in_batch to its loss: each, in the installed transformers, does."""
+    import inspect
+    import re
+
+    from packlib.torch.trainers._checks import LOSS_TAKES_NUM_ITEMS
+
+    call = re.compile(r"self\.loss_function\((?:[^()]|\([^()]*\))*\*\*kwargs")
+    for name in LOSS_TAKES_NUM_ITEMS:
+        cls = getattr(transformers, name)
+        assert cls.accepts_loss_kwargs is False
+        assert call.search(inspect.getsource(cls.forward)), name
 
 
 @pytest.mark.parametrize("family", nv.FAMILIES)
@@ -165,3 +181,39 @@ def test_an_iterable_dataset_is_refused_by_balance_trainer_itself(tmp_path, data
                                    data_collator=PackedCollator())
     with pytest.raises(ValueError, match="needs a train_dataset with a len.. and indexing .* got "):
         balance_trainer(trainer, _sampler(np.full(4, 3)))
+
+
+# ------------------------------------------------------------------------------ versions
+@pytest.mark.parametrize("name, version", [("transformers", "5.18.0"), ("transformers", "4.57.1"),
+                                           ("accelerate", "1.13.0"), ("trl", "1.14.0"), ("trl", "0.29.0")])
+def test_versions_outside_the_supported_range_are_refused(tmp_path, monkeypatch, name, version):
+    """balance_trainer and the packed trainers refuse an installed transformers, Accelerate or
+    TRL outside the supported range before anything trains, naming both versions and why."""
+    pytest.importorskip("trl", reason="the packed trainers subclass TRL's")
+    from packlib import _compat
+    from packlib.torch.trainers import _trl_grpo, _trl_preference
+
+    real = _compat.installed_version
+    monkeypatch.setattr(_compat, "installed_version", lambda n: version if n == name else real(n))
+    low, high, why = _compat.SUPPORTED[name]
+    match = (f"supports {name} >={low[0]}.{low[1]},<{high[0]}.{high[1]}, but {name} {version} is installed: "
+             + re.escape(why[:40]))
+    monkeypatch.setattr(_trl_preference, "_CLASSES", {})
+    with pytest.raises(RuntimeError, match=match):
+        _trl_preference.trainer_class("PackedDPOTrainer")
+    monkeypatch.setattr(_trl_grpo, "_CLASS", None)
+    with pytest.raises(RuntimeError, match=match):
+        _trl_grpo.packed_grpo_trainer()
+    if name != "trl":  # transformers.Trainer: TRL is not checked
+        args = worker.trainer_args(tmp_path, gradient_accumulation_steps=M)
+        trainer = transformers.Trainer(model=worker.tiny_model(), args=args, train_dataset=[{"input_ids": [1, 2]}] * 4,
+                                       data_collator=PackedCollator())
+        with pytest.raises(RuntimeError, match=match):
+            balance_trainer(trainer, _sampler(np.full(4, 2)))
+
+
+def test_the_installed_versions_are_supported():
+    from packlib import _compat
+
+    for name in _compat.SUPPORTED:
+        _compat.check_versions([name], "this test")

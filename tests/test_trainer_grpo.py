@@ -137,6 +137,24 @@ def test_per_token_logps_entropies_and_gradients_equal_trls(tmp_path, monkeypatc
     assert float(got["ours", None][0].abs().min()) == 0.0 and float(got["ours", None][0].abs().max()) > 1
 
 
+def test_a_call_whose_completions_are_all_masked_still_has_a_graph(tmp_path):
+    """mask_truncated_completions can mask every completion of a micro-batch: the log-probs are
+    then zeros that still come from the model, so that TRL's backward runs (as with TRL's own
+    forward) and leaves zero gradients."""
+    trainer = _trainer(PackedGRPOTrainer, tmp_path)
+    ids, mask, C = _padded_batch()
+    masked = mask.clone()
+    masked[:, -C:] = 0
+    logps, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, masked, C)
+    assert logps.requires_grad and float(logps.abs().max()) == 0.0
+    trainer.model.zero_grad()
+    logps.sum().backward()
+    assert all(float(p.grad.abs().max()) == 0.0 for p in trainer.model.parameters() if p.grad is not None)
+    with torch.no_grad():
+        logps, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, masked, C)
+    assert not logps.requires_grad
+
+
 def test_what_the_packed_path_cannot_read_is_refused(tmp_path):
     trainer = _trainer(PackedGRPOTrainer, tmp_path)
     ids, mask, C = _padded_batch()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -63,8 +64,8 @@ def test_packed_trainers_equal_trls_own_padded_run(kind, settings, layouts, tmp_
     logged losses and its evaluate() loss afterwards too."""
     stock = _trained(kind, output_dir=str(tmp_path), **STEPS, **settings)
     for share in layouts:
-        collator = {"data_collator": PackedCollator(share_prompt=True, max_length=settings.get("max_length"))} \
-            if share else {}
+        cut = stock.args.max_length if kind != "reward" else None  # as the config cuts
+        collator = {"data_collator": PackedCollator(share_prompt=True, max_length=cut)} if share else {}
         packed = _trained(kind, _packed(kind), output_dir=str(tmp_path), **STEPS, **settings, **collator)
         assert P.max_difference(stock.model, packed.model) < 2e-5
         losses = [[h["loss"] for h in t.state.log_history if "loss" in h] for t in (stock, packed)]
@@ -120,27 +121,18 @@ def test_packed_trainers_are_trls_classes_and_pickle_by_name():
 
 
 # ------------------------------------------------------------------------- refusals
-@pytest.mark.parametrize("kind", ["dpo", "reward", "kto"])
-def test_trls_own_trainers_refuse_packed_rows_at_the_first_collate(kind, tmp_path):
-    t = P.trainer(kind, output_dir=str(tmp_path), data_collator=PackedCollator(), **STEPS)
-    with pytest.raises(ValueError, match=f"use packlib.torch.{PACKED[kind]} "):
+@pytest.mark.parametrize("kind, workers", [("dpo", {}), ("reward", {}), ("kto", {}),
+                                          ("dpo", dict(dataloader_num_workers=1)),
+                                          ("dpo", dict(dataloader_num_workers=1, dataloader_persistent_workers=False,
+                                                       dataloader_multiprocessing_context="spawn"))])
+def test_trls_own_trainers_fail_on_packed_rows_before_a_step(kind, workers, tmp_path):
+    """TRL's own trainers cannot read PackedCollator's one row as their padded batch: they fail
+    at the first batch (in a DataLoader worker too), before any step; balance_trainer refuses
+    them by name (below), and the packed trainers read the row."""
+    t = P.trainer(kind, output_dir=str(tmp_path), data_collator=PackedCollator(), **STEPS, **workers)
+    with pytest.raises(Exception):  # noqa: B017  (TRL's own error, whichever it is)
         t.train()
-
-
-def test_the_refusal_reaches_a_dataloader_worker(tmp_path):
-    """The collate of a forked DataLoader worker sees the trainer that started it."""
-    t = P.trainer("dpo", output_dir=str(tmp_path), data_collator=PackedCollator(), dataloader_num_workers=1, **STEPS)
-    with pytest.raises(Exception, match="use packlib.torch.PackedDPOTrainer "):
-        t.train()
-
-
-def test_the_refusal_reaches_a_spawned_dataloader_worker(tmp_path):
-    """A spawned (or forkserver) worker gets the collator pickled under the trainer's loop:
-    refused there, before any worker starts."""
-    t = P.trainer("dpo", output_dir=str(tmp_path), data_collator=PackedCollator(), dataloader_num_workers=1,
-                  dataloader_multiprocessing_context="spawn", dataloader_persistent_workers=False, **STEPS)
-    with pytest.raises(ValueError, match="use packlib.torch.PackedDPOTrainer "):
-        t.train()
+    assert t.state.global_step == 0
 
 
 def test_the_refusal_leaves_a_loop_of_ones_own_alone():
@@ -157,6 +149,32 @@ def test_balance_trainer_refuses_trls_preference_trainers(kind, collator, tmp_pa
     t = P.trainer(kind, output_dir=str(tmp_path), gradient_accumulation_steps=2, **P.settings_of(kind), **kw)
     with pytest.raises(ValueError, match=f"use packlib.torch.{PACKED[kind]} with data_collator="):
         balance_trainer(t, P.sampler(kind, t))
+
+
+@pytest.mark.parametrize("kind, collator, config, match", [
+    ("dpo", dict(max_length=12), dict(max_length=9), "max_length=12 but the trainer's DPOConfig has max_length=9"),
+    ("dpo", dict(max_length=9), dict(max_length=9, truncation_mode="keep_end"),
+     "truncation_mode='keep_start' but the trainer's DPOConfig has truncation_mode='keep_end'"),
+    ("kto", dict(max_length=12), dict(), "max_length=12 but the trainer's KTOConfig has max_length=1024"),
+])
+def test_a_collator_that_cuts_otherwise_than_the_config_is_refused(kind, collator, config, match, tmp_path):
+    """A PackedCollator of one's own cuts as the config says, or is refused naming both values:
+    never packed rows of other tokens than TRL's batch."""
+    with pytest.raises(ValueError, match=re.escape(match)):
+        P.trainer(kind, _packed(kind), output_dir=str(tmp_path), **STEPS, **config,
+                  data_collator=PackedCollator(share_prompt=True, **collator))
+
+
+def test_a_collator_that_sets_no_cut_cuts_as_the_config(tmp_path):
+    """A PackedCollator(share_prompt=True) of one's own without max_length cuts as the config
+    says (a copy: one's own collator is left as it is), so the run equals TRL's own."""
+    mine = PackedCollator(share_prompt=True)
+    settings = dict(loss_type=["ipo"], beta=1.0, max_length=9)
+    packed = _trained("dpo", _packed("dpo"), output_dir=str(tmp_path), **STEPS, **settings, data_collator=mine)
+    assert (packed.data_collator.max_length, packed.data_collator.truncation_mode) == (9, "keep_start")
+    assert mine.max_length is None
+    stock = _trained("dpo", output_dir=str(tmp_path), **STEPS, **settings)
+    assert P.max_difference(stock.model, packed.model) < 2e-5
 
 
 def test_balance_trainer_refuses_a_packed_trainer_given_trls_collator(tmp_path):
@@ -193,15 +211,18 @@ def test_balanced_steps_weigh_every_pair_as_trls_padded_step(kind, tmp_path, mon
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="the ranks are forked (POSIX)")
-def test_two_ranks_weigh_every_pair_of_the_step(tmp_path):
-    """Two gloo processes, PackedDPOTrainer with balance_trainer: both ranks end equal to each
-    other and to SGD on TRL's own loss over each step's micro-batches of both ranks, each
-    weighted by its pairs over the step's (KTO's KL term is averaged over the ranks' micro-
-    batches by TRL, so its reference is not a sum over micro-batches: one process covers it)."""
-    kind = "dpo"
+@pytest.mark.parametrize("kind, skewed", [("dpo", False), ("dpo", True), ("reward", True), ("kto", True)])
+def test_two_ranks_weigh_every_pair_of_the_step(kind, skewed, tmp_path):
+    """Two gloo processes, a packed trainer with balance_trainer: both ranks end bitwise equal to
+    each other and equal to SGD on TRL's own loss over each step's micro-batches of both ranks,
+    each weighted by its pairs (examples) over the step's. ``skewed``: the plan gives the ranks
+    different numbers of pairs in the same micro-batch, which TRL's metrics, gathered one value
+    per pair, cannot take as they are (KTO without its KL term, which TRL averages over the
+    ranks' micro-batches, so that its reference is no sum over micro-batches)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.run([sys.executable, "-m", "tests._preference_trainers", str(free_port()), str(tmp_path), kind],
-                          cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    cmd = [sys.executable, "-m", "tests._preference_trainers", str(free_port()), str(tmp_path), kind]
+    proc = subprocess.run(cmd + (["skewed"] if skewed else []), cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-4000:]
     params = [torch.load(tmp_path / f"params-{r}.pt") for r in range(2)]
     assert all(torch.equal(params[0][k], params[1][k]) for k in params[0])
@@ -209,6 +230,89 @@ def test_two_ranks_weigh_every_pair_of_the_step(tmp_path):
     assert plans[0] == plans[1]
     steps = plans[0]
     assert len({len(mb) for step in steps for mb in step}) > 1
-    reference = P.reference_run(P.trainer(kind, output_dir=str(tmp_path), **P.settings_of(kind)), steps)
+    if skewed:  # the same micro-batch of the two ranks holds different numbers of pairs
+        assert any(len(step[m]) != len(step[2 + m]) for step in steps for m in range(2))
+    settings = {**P.settings_of(kind), **P.RANK_SETTINGS.get(kind, {})}
+    stock = P.trainer(kind, data=P.dataset(kind, skewed=skewed), output_dir=str(tmp_path), **settings)
+    reference = P.reference_run(stock, steps)
     for k, v in reference.state_dict().items():
-        torch.testing.assert_close(params[0][k], v, atol=2e-5, rtol=1e-5)
+        torch.testing.assert_close(params[0][k], v, atol=1e-5, rtol=0)
+
+
+# ------------------------------------------------------------ the model left as it was
+def _round(cls, model, tmp_path, **settings):
+    """A DPO round on ``model`` whose reference is ``trl.create_reference_model(model)``."""
+    args = trl.DPOConfig(str(tmp_path), **{**P.SETTINGS, **STEPS, **settings})
+    t = cls(model=model, ref_model=trl.create_reference_model(model), args=args, train_dataset=P.dataset("dpo"),
+            processing_class=P.tokenizer())
+    t.train()
+    return t.model
+
+
+def _pickle_error(model):
+    import pickle
+
+    try:
+        pickle.loads(pickle.dumps(model))
+    except Exception as e:  # noqa: BLE001
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
+def test_a_trained_model_is_left_as_it_was(tmp_path):
+    """After a packed DPO run the model holds what TRL's own run leaves on it and nothing of
+    packlib's: a deep copy's fused head (what DPO reads) runs the copy's weights, the model
+    pickles as TRL's does, and a second round whose reference is
+    trl.create_reference_model(model) equals TRL's own second round."""
+    import copy
+
+    from trl.trainer.utils import add_fused_lm_head
+
+    stock = _trained("dpo", output_dir=str(tmp_path), **STEPS)
+    packed = _trained("dpo", _packed("dpo"), output_dir=str(tmp_path), **STEPS)
+    assert P.max_difference(stock.model, packed.model) < 2e-5
+    for module in packed.model.modules():
+        assert not [k for k in vars(module) if "packlib" in k]
+    assert sorted(vars(packed.model)) == sorted(vars(stock.model))
+    assert _pickle_error(packed.model) == _pickle_error(stock.model)
+    twin = copy.deepcopy(packed.model)
+    with torch.no_grad():
+        for p in twin.parameters():
+            p.add_(0.05)
+    fresh = P.causal_lm()
+    fresh.load_state_dict(twin.state_dict())
+    add_fused_lm_head(fresh)
+    ids = torch.tensor([[2, 3, 4, 5, 6]])
+    with torch.no_grad():
+        own, copied = (m(input_ids=ids, labels=ids, fused_lm_head=True).log_probs for m in (fresh, twin))
+        torch.testing.assert_close(copied, own, atol=1e-6, rtol=0)
+    first = [p.detach().clone() for p in stock.model.parameters()]
+    second = [_round(cls, t.model, tmp_path / name, beta=0.5)
+              for name, cls, t in (("stock", trl.DPOTrainer, stock), ("packed", _packed("dpo"), packed))]
+    assert P.max_difference(*second) < 1e-5
+    assert max(float((p - f).abs().max()) for p, f in zip(second[0].parameters(), first)) > 1e-3  # it trains
+
+
+# --------------------------------------------------------------------------- PEFT
+def test_kto_peft_precomputed_reference_is_the_adapter_disabled(tmp_path, monkeypatch):
+    """PackedKTOTrainer with a LoRA adapter, precompute_ref_log_probs and no ref_model: the
+    reference log-probs are the base model's (the adapter disabled, as TRL's), so training and
+    evaluate() afterwards equal TRL's own run."""
+    peft = pytest.importorskip("peft", reason="a LoRA adapter")
+    from peft.tuners.lora import torchao
+
+    monkeypatch.setattr(torchao, "is_torchao_available", lambda: False)  # an old torchao installed beside is unused
+
+    def run(cls):
+        args = trl.KTOConfig(str(tmp_path / cls.__name__), **{**P.SETTINGS, **STEPS, "precompute_ref_log_probs": True})
+        lora = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+        t = cls(model=P.causal_lm(), ref_model=None, args=args, train_dataset=P.dataset("kto"),
+                eval_dataset=P.dataset("kto"), processing_class=P.tokenizer(), peft_config=lora)
+        t.train()
+        return t, t.evaluate()["eval_loss"]
+
+    (stock, stock_loss), (packed, packed_loss) = run(trl.KTOTrainer), run(_packed("kto"))
+    torch.testing.assert_close(packed.train_dataset["ref_logps"], stock.train_dataset["ref_logps"], atol=1e-5,
+                               rtol=0)
+    assert P.max_difference(stock.model, packed.model) < 2e-5
+    assert packed_loss == pytest.approx(stock_loss, abs=1e-6)

@@ -350,7 +350,8 @@ def test_a_prefetching_dataloader_never_checkpoints_the_sampler_ahead():
         return packlib.BalancedBatchSampler(lengths, 96, rank=0, world_size=1, micro_batches=2)
 
     s = sampler()
-    it = iter(torch.utils.data.DataLoader(dataset, batch_sampler=s, num_workers=2, collate_fn=PackedCollator()))
+    it = iter(s.drawn_by(torch.utils.data.DataLoader(dataset, batch_sampler=s, num_workers=2,
+                                                     collate_fn=PackedCollator())))
     for _ in range(4):
         next(it)
     with pytest.raises(RuntimeError, match="num_workers=2.*StatefulDataLoader"):

@@ -8,8 +8,9 @@ the Trainer takes ``len(loader)`` once and runs that many steps in every epoch o
 and its "epoch" ``t`` is the stream's steps ``[t * n, (t + 1) * n)``, ``n`` the first planned
 epoch's steps, ending with the stream at ``total_steps``: every planned step is drawn once,
 whole and in order, and a trainer that stops after ``total_steps`` optimizer steps has
-trained every planned epoch exactly once. Accelerate's ``BatchSamplerShard`` is met as the
-sampler meets it (every rank's micro-batches, in the order it deals them).
+trained every planned epoch exactly once. A loader declared with :meth:`EpochStream.drawn_by`
+is met as the sampler meets it (Accelerate's ``BatchSamplerShard``: every rank's micro-batches,
+in the order it deals them).
 
 >>> import numpy as np, packlib
 >>> sampler = packlib.BalancedBatchSampler(np.arange(1, 200), 256, rank=0, world_size=1, micro_batches=2)
@@ -22,9 +23,8 @@ True
 from __future__ import annotations
 
 import math
-import sys
 
-from ._drawn import accelerate_shard, drawn_by
+from ._drawn import UNDECLARED, check_drawn, loader_drawing, undeclared_refusal
 
 __all__ = ["EpochStream"]
 
@@ -52,6 +52,15 @@ class EpochStream:
             if epochs > whole:
                 total_steps += math.ceil((epochs - whole) * sampler._steps_of(whole))
         self.total_steps = int(total_steps)
+        self._drawing = UNDECLARED
+
+    def drawn_by(self, loader):
+        """Declare the loader that draws this stream, and return it: as
+        :meth:`packlib.BalancedBatchSampler.drawn_by`."""
+        drawing = loader_drawing(loader, self)
+        check_drawn(drawing, self.source._check_processes)
+        self._drawing = drawing
+        return loader
 
     def set_epoch(self, epoch: int) -> None:
         """Draw the stream's ``epoch``-th piece next.
@@ -76,17 +85,12 @@ class EpochStream:
 
     def __len__(self) -> int:
         n = self.steps_per_epoch * self.source.micro_batches
-        shard = accelerate_shard(sys._getframe(1), self)
-        if shard is not None:
-            self.source._check_processes(shard.num_processes, shard.process_index,
-                                         "accelerator.prepare (BatchSamplerShard)")
-            return n * self.source.world_size
-        return n
+        return n * self.source.world_size if self._drawing.processes is not None else n
 
     def __iter__(self):
-        drawn = drawn_by(sys._getframe(1), self)
-        self.source._check_drawn(drawn)
-        return self._micro_batches(*self._span(), drawn.shard is not None)
+        if not self._drawing.declared and (why := undeclared_refusal(self.source.world_size)):
+            raise ValueError(why)
+        return self._micro_batches(*self._span(), self._drawing.processes is not None)
 
     def _micro_batches(self, start: int, stop: int, dealt: bool):
         s = self.source

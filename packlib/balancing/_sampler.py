@@ -21,11 +21,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
-
 import numpy as np
 
-from ._drawn import accelerate_processes, accelerate_shard, drawn_by
+from ._drawn import UNDECLARED, check_drawn, loader_drawing, undeclared_refusal
 from ._planner import plan
 from ._settings import DEFAULT_WINDOW, as_rank, balance_settings
 
@@ -56,7 +54,7 @@ class BalancedBatchSampler:
     label_tokens : array_like of int, optional
         How many of each sample's tokens carry a loss term (its labels that are not -100,
         after its masks), for :meth:`step_label_tokens`. Default: counted from the dataset of
-        the ``DataLoader`` that draws this sampler, by the rule of
+        the ``DataLoader`` declared with :meth:`drawn_by`, by the rule of
         :func:`packlib.torch.label_tokens` (what :class:`packlib.torch.PackedCollator` trains),
         when its examples carry more than ``input_ids`` (labels, masks, packed rows) and
         ``packlib.torch`` is imported; else ``lengths - 1``: every token but the first, which
@@ -80,18 +78,22 @@ class BalancedBatchSampler:
 
     A ``DataLoader`` with ``num_workers >= 1`` draws micro-batches ahead of the loop, so
     this sampler's position is not what the loop consumed: :meth:`state_dict` refuses then
-    (``RuntimeError``). torchdata's ``StatefulDataLoader`` accounts for what was consumed:
+    (``RuntimeError``) when the loader was declared with :meth:`drawn_by`. torchdata's ``StatefulDataLoader`` accounts for what was consumed:
     checkpoint its ``state_dict()`` instead (it holds this sampler's).
 
     **Accelerate.** ``accelerator.prepare(loader)`` on ``n >= 2`` processes wraps every batch
-    sampler in its ``BatchSamplerShard``, which deals batch ``i`` to process ``i mod n``. This
-    sampler sees that wrapper and then yields every rank's micro-batches in the order it deals
-    them, so each process gets exactly its own; ``len(loader)`` is the rank's count,
-    ``loader.set_epoch(epoch)`` reaches :meth:`set_epoch` and ``accelerator.skip_first_batches``
-    skips the rank's own micro-batches. A process index or count other than ``rank`` /
-    ``world_size`` is a ``ValueError`` naming both, as are ``dispatch_batches=True`` and
-    ``split_batches=True`` (they cut packed rows apart). :func:`packlib.torch.balance_trainer`
-    gives these steps to ``transformers.Trainer`` and TRL's trainers.
+    sampler in its ``BatchSamplerShard``, which deals batch ``i`` to process ``i mod n``.
+    Declare it: ``loader = sampler.drawn_by(accelerator.prepare(loader))``; the sampler then
+    yields every rank's micro-batches in the order it deals them, so each process gets exactly
+    its own; ``len(loader)`` is the rank's count, ``loader.set_epoch(epoch)`` reaches
+    :meth:`set_epoch` and ``accelerator.skip_first_batches`` skips the rank's own micro-batches.
+    A process index or count other than ``rank`` / ``world_size`` is a ``ValueError`` naming
+    both, as are ``dispatch_batches=True`` and ``split_batches=True`` (they cut packed rows
+    apart). Undeclared, it yields its own rank's micro-batches (a plain ``DataLoader`` per
+    process), and under an Accelerate state of two or more processes, where it cannot tell,
+    its iteration is refused (``ValueError``) rather than lose or repeat samples.
+    :func:`packlib.torch.balance_trainer` gives these steps to ``transformers.Trainer`` and
+    TRL's trainers, and declares its loader.
     """
 
     def __init__(self, lengths, max_sequence_length, max_sequences_per_pack=None, *, rank, world_size,
@@ -113,7 +115,7 @@ class BalancedBatchSampler:
         self._done = True  # the last iteration ran to the end (or none began)
         self._ahead = None  # why the position runs ahead of the loop (a DataLoader that draws ahead)
         self._dealt = False  # the current iteration yields every rank's micro-batches (Accelerate deals them)
-        self._dataset = None  # the dataset of the DataLoader that drew this sampler last
+        self._drawing = UNDECLARED  # how this sampler is drawn, as drawn_by() was told
         self._schedule = None
         self._step_tokens = None
         self._given_label_tokens = label_tokens is not None
@@ -182,20 +184,46 @@ class BalancedBatchSampler:
             n = self._total() - self._resume
         else:
             n = self._total() - (0 if self._done else self._start)
-        shard = accelerate_shard(sys._getframe(1), self)
-        if shard is not None:  # Accelerate deals every rank's micro-batches: it counts them all
-            self._check_processes(shard.num_processes, shard.process_index, "accelerator.prepare (BatchSamplerShard)")
+        if self._drawing.processes is not None:  # Accelerate deals every rank's micro-batches: it counts them all
             return n * self._W
         return n
 
     def __iter__(self):
-        drawn = drawn_by(sys._getframe(1), self)
-        self._check_drawn(drawn)
+        drawing = self._drawing
+        if not drawing.declared and (why := undeclared_refusal(self._W)):
+            raise ValueError(why)
         start, self._resume, self._loaded = self._resume, 0, False
         self._position = self._start = start
-        self._done, self._dealt, self._dataset = False, drawn.shard is not None, drawn.dataset
-        self._ahead = _ahead_reason(drawn)
+        self._done, self._dealt, self._ahead = False, drawing.processes is not None, drawing.ahead
         return self._micro_batches(start)
+
+    def drawn_by(self, loader):
+        """Declare the ``DataLoader`` that draws this sampler, and return it: the loader you
+        iterate, after ``accelerator.prepare`` where Accelerate prepares it.
+
+        What the sampler reads of it: whether Accelerate's ``BatchSamplerShard`` deals its
+        micro-batches (then it yields every rank's, in the order dealt, so each process gets
+        exactly its own), whether the loader draws ahead of the loop (workers, Accelerate's
+        look-ahead: :meth:`state_dict` then refuses), and its dataset (the default
+        ``label_tokens``). Refused (``ValueError``): a loader that does not draw this sampler,
+        Accelerate's ``dispatch_batches=True`` and ``split_batches=True`` (they cut packed rows
+        apart), a process index or count other than ``rank`` / ``world_size``.
+        :func:`packlib.torch.balance_trainer` declares its own loader.
+
+        Parameters
+        ----------
+        loader : torch.utils.data.DataLoader
+            With this sampler as its ``batch_sampler`` (prepared by Accelerate or not).
+
+        Returns
+        -------
+        torch.utils.data.DataLoader
+            ``loader`` itself: ``loader = sampler.drawn_by(accelerator.prepare(loader))``.
+        """
+        drawing = loader_drawing(loader, self)
+        self._check_drawn(drawing)
+        self._drawing = drawing
+        return loader
 
     def _check_processes(self, num_processes, process_index, who: str) -> None:
         if (num_processes, process_index) != (self._W, self.rank):
@@ -206,26 +234,8 @@ class BalancedBatchSampler:
 
     def _check_drawn(self, drawn) -> None:
         """Refuse the ways of drawing this sampler that would train the wrong micro-batches."""
-        if drawn.accelerate == "DataLoaderDispatcher":
-            raise ValueError(
-                "Accelerate's dispatch_batches=True draws this sampler on the main process and splits each batch "
-                "between the processes, which cuts packed rows apart; prepare the DataLoader with "
-                "Accelerator(dataloader_config=DataLoaderConfiguration(dispatch_batches=False))")
-        if drawn.shard is not None:
-            if drawn.shard.split_batches:
-                raise ValueError("Accelerate's split_batches=True splits each micro-batch between the processes; "
-                                 "prepare the DataLoader with split_batches=False")
-            self._check_processes(drawn.shard.num_processes, drawn.shard.process_index,
-                                  "accelerator.prepare (BatchSamplerShard)")
-        elif drawn.outer_shard is not None and drawn.outer_shard.num_processes > 1:
-            raise ValueError(
-                "Accelerate's BatchSamplerShard deals the batches of "
-                f"{type(drawn.outer_shard.batch_sampler).__name__}, "
-                "which wraps this sampler, one to each process in turn: each rank would keep one micro-batch in "
-                f"{drawn.outer_shard.num_processes} of its own plan. Pass the BalancedBatchSampler "
-                "itself as the DataLoader's batch_sampler (it then yields what Accelerate deals to each rank)")
-        elif drawn.accelerate is not None and (procs := accelerate_processes()) is not None:
-            self._check_processes(*procs, "Accelerate")
+        check_drawn(drawn, self._check_processes)
+
 
     def _micro_batches(self, start: int):
         s = self.schedule
@@ -265,7 +275,7 @@ class BalancedBatchSampler:
     def _trained_tokens(self) -> np.ndarray:
         """``label_tokens`` as given; else, once, what the collator's rule trains of the dataset the
         loader reads (when its examples carry labels or masks and ``packlib.torch`` is loaded)."""
-        d = self._dataset
+        d = self._drawing.dataset
         if self._given_label_tokens or d is None or _LABEL_COUNTER is None or not hasattr(d, "__len__"):
             return self._label_tokens
         if len(d) != self._settings.lengths.size:
@@ -289,7 +299,7 @@ class BalancedBatchSampler:
 
     def __getstate__(self):
         state = dict(self.__dict__)
-        state["_dataset"] = None  # the loader's, not this sampler's
+        state["_drawing"] = self._drawing._replace(dataset=None)  # the loader's, not this sampler's
         return state
 
     # -- checkpoints ----------------------------------------------------------------------
@@ -382,17 +392,6 @@ def _as_label_tokens(label_tokens, lengths: np.ndarray) -> np.ndarray:
         raise ValueError(f"label_tokens[{i}] = {t[i]} but sample {i} holds {lengths[i]} tokens: at most length - 1 "
                          "of a sample's tokens are trained (nothing predicts its first)")
     return t
-
-
-def _ahead_reason(drawn) -> str | None:
-    """Why the sampler's position runs ahead of what the training loop consumed, or ``None``."""
-    if drawn.workers:
-        return (f"this sampler is drawn by a DataLoader with num_workers={drawn.workers}, which takes micro-batches "
-                "ahead of the training loop (prefetch)")
-    if drawn.accelerate is not None and not drawn.stateful:  # a stateful loader's state accounts for it
-        return ("this sampler is drawn through Accelerate's prepared DataLoader, which takes one micro-batch ahead of "
-                "the training loop to know the last one")
-    return None
 
 
 def set_label_counter(count) -> None:

@@ -2,7 +2,6 @@
 sequences end to end in one padding-free row, with what the model needs to keep them apart."""
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping
 
 import numpy as np
@@ -59,9 +58,9 @@ class PackedCollator:
     :func:`token_logps` and :func:`sequence_scores` read; every other key of the examples
     comes through, one value per example, or is refused by name; TRL's truncation is opt-in
     (``max_length``; docs/preference.md). TRL's ``DPOTrainer``, ``RewardTrainer`` and
-    ``KTOTrainer`` read such a batch as their padded batch: collating pairs for one of them is
-    refused (``ValueError``), naming ``packlib.torch.PackedDPOTrainer`` (``PackedRewardTrainer``,
-    ``PackedKTOTrainer``), which train on these rows.
+    ``KTOTrainer`` read a batch as their padded batch and cannot read this row: train pairs
+    with ``packlib.torch.PackedDPOTrainer`` (``PackedRewardTrainer``, ``PackedKTOTrainer``),
+    which read it (:func:`packlib.torch.balance_trainer` refuses TRL's own, naming them).
 
     Parameters
     ----------
@@ -137,7 +136,6 @@ class PackedCollator:
         if self.share_prefix:  # the micro-batch's prefix tree
             return collate_tree(examples, self)
         if is_preference(examples[0]):  # pairs or groups of completions
-            _refuse_padded_reader(sys._getframe(1))
             return collate_preference(examples, self)
         parts = [read_example(e, k) for k, e in enumerate(examples)]
         tokens = np.concatenate([p[0] for p in parts])
@@ -156,36 +154,6 @@ class PackedCollator:
         if self.use_cache is not None:
             out["use_cache"] = self.use_cache
         return out
-
-    def __getstate__(self) -> dict:
-        # a DataLoader sends its collate_fn to spawned / forkserver workers by pickling it,
-        # under the trainer's training loop: the refusal of the first collate, made here
-        _refuse_padded_reader(sys._getframe(1))
-        return self.__dict__
-
-
-def _refuse_padded_reader(frame, depth: int = 64) -> None:
-    """Refuse to collate pairs for a TRL trainer that reads them as a padded batch: the
-    nearest ``Trainer`` among the calling frames (the training loop, or the DataLoader worker
-    it forked; a spawned worker is refused when the collator is pickled for it), unless it
-    is packlib's packed trainer."""
-    while frame is not None and depth > 0:
-        code = frame.f_code
-        if code.co_argcount and code.co_varnames[0] == "self":
-            owner = type(frame.f_locals.get("self"))
-            if any(c.__name__ == "Trainer" and c.__module__.startswith("transformers.") for c in owner.__mro__):
-                if getattr(owner, PACKED_TRAINER_FLAG, False):
-                    return
-                for c in owner.__mro__:
-                    if c.__module__.startswith("trl.") and c.__name__ in PADDED_READERS:
-                        raise ValueError(
-                            f"{owner.__name__} reads a batch of pairs (KTO: examples) as TRL's padded batch (one row "
-                            "per sequence), not as PackedCollator's one packed row, and would fail or train on the "
-                            "wrong values: "
-                            f"use packlib.torch.{PADDED_READERS[c.__name__]} (the same arguments), which runs "
-                            f"{c.__name__}'s own loss on packed rows (docs/preference.md)")
-                return
-        frame, depth = frame.f_back, depth - 1
 
 
 PackedCollator.__module__ = "packlib.torch"  # pickles and reprs name the public path, which never moves

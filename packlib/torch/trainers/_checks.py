@@ -9,14 +9,16 @@ checkpoints transformers cannot resume.
 """
 from __future__ import annotations
 
-import inspect
-import re
 import warnings
 
+from ..._compat import revert_weight_conversion as host_revert_weight_conversion
 from .._lazy import require_torch
 
 _REGROUPING = ("GRPOTrainer", "RLOOTrainer")
-_LOSS_CALL = re.compile(r"self\.loss_function\((?:[^()]|\([^()]*\))*\*\*kwargs")
+#: transformers' models that declare ``accepts_loss_kwargs = False`` although their ``forward``
+#: hands ``num_items_in_batch`` to its loss (the families :class:`VisionPackedCollator` packs);
+#: tests/test_trainer_checks.py checks each against the installed transformers
+LOSS_TAKES_NUM_ITEMS = frozenset({"Qwen2_5_VLForConditionalGeneration", "Qwen3VLForConditionalGeneration"})
 
 
 def check_trainer(trainer, sampler) -> None:
@@ -65,20 +67,6 @@ def check_regrouping(trainer, sampler) -> None:
                      "prompt once, its completions after it) and keeps TRL's sampling, groups and loss")
 
 
-def _forward_passes_kwargs_to_loss(model) -> bool:
-    """The model's ``forward`` takes ``**kwargs`` and hands them to ``self.loss_function``
-    (read from its source), so ``num_items_in_batch`` reaches the loss."""
-    forward = type(model).forward
-    params = inspect.signature(forward).parameters.values()
-    if not any(p.kind == inspect.Parameter.VAR_KEYWORD for p in params):
-        return False
-    try:
-        source = inspect.getsource(forward)
-    except (OSError, TypeError):
-        return False
-    return bool(_LOSS_CALL.search(source))
-
-
 def _uses_models_loss(trainer) -> bool:
     """The trainer's loss is the model's own (``transformers.Trainer``'s ``compute_loss``,
     which ``SFTTrainer`` calls), not one a trainer computes from the logits."""
@@ -93,8 +81,10 @@ def _uses_models_loss(trainer) -> bool:
 def check_loss_kwargs(trainer) -> None:
     """transformers sets ``accepts_loss_kwargs = False`` on Qwen2.5-VL and Qwen3-VL (and others),
     so the Trainer does not pass ``num_items_in_batch`` and weighs each micro-batch equally
-    instead of each token. Where the model's ``forward`` does hand its ``**kwargs`` to its loss,
-    ``trainer.model_accepts_loss_kwargs`` is set; where it does not, refused."""
+    instead of each token. For the models whose ``forward`` is known to hand the count to its
+    loss (:data:`LOSS_TAKES_NUM_ITEMS`) ``trainer.model_accepts_loss_kwargs`` is set; any other
+    is refused, naming what declares the weighting (``compute_loss_func=``, or
+    ``trainer.model_accepts_loss_kwargs = True``)."""
     if getattr(trainer, "model_accepts_loss_kwargs", True) or getattr(trainer, "compute_loss_func", None) is not None:
         return
     if not _uses_models_loss(trainer):
@@ -102,13 +92,14 @@ def check_loss_kwargs(trainer) -> None:
     model = trainer.accelerator.unwrap_model(trainer.model)
     model = getattr(model, "base_model", model) if hasattr(model, "peft_config") else model
     model = getattr(model, "model", model) if hasattr(model, "peft_config") else model
-    if _forward_passes_kwargs_to_loss(model):
+    if type(model).__name__ in LOSS_TAKES_NUM_ITEMS:
         trainer.model_accepts_loss_kwargs = True
         return
-    raise ValueError(f"{type(model).__name__}.forward does not pass num_items_in_batch to its loss "
-                     "(trainer.model_accepts_loss_kwargs is False), so the Trainer would weigh each micro-batch of a "
-                     "step equally, not each token: pass compute_loss_func= (a loss that sums the tokens and divides "
-                     "by num_items_in_batch), or set trainer.model_accepts_loss_kwargs = True if its forward does")
+    raise ValueError(f"{type(model).__name__} declares accepts_loss_kwargs = False (trainer.model_accepts_loss_kwargs "
+                     "is False): its forward does not pass num_items_in_batch to its loss, so the Trainer would weigh "
+                     "each micro-batch of a step equally, not each token: pass compute_loss_func= (a loss that sums "
+                     "the tokens and divides by num_items_in_batch), or, if its forward does pass num_items_in_batch "
+                     "to its loss, set trainer.model_accepts_loss_kwargs = True before balance_trainer")
 
 
 def resume_drops_weights(model) -> list:
@@ -118,9 +109,8 @@ def resume_drops_weights(model) -> list:
     ``load_state_dict(strict=False)`` under the current names. ``[]`` when none, or when the
     renaming cannot be read."""
     torch = require_torch()
-    try:
-        from transformers.core_model_loading import revert_weight_conversion
-    except ImportError:
+    revert_weight_conversion = host_revert_weight_conversion()
+    if revert_weight_conversion is None:
         return []
     keys = list(model.state_dict().keys())
     try:

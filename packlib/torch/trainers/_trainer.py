@@ -4,7 +4,8 @@ The Trainer draws its training data from :meth:`Trainer.get_train_dataloader`, a
 ``DataLoader`` with its own sampler that Accelerate then shards. :func:`balance_trainer`
 replaces that method on one trainer with a ``DataLoader`` over the planned epochs of a
 :class:`packlib.BalancedBatchSampler`, end to end, prepared by the trainer's own
-``Accelerator`` (which the sampler detects: each process gets exactly its micro-batches), and
+``Accelerator`` and declared to the stream (``drawn_by``: each process gets exactly its
+micro-batches), and
 adds a callback that sets the epoch at every epoch the Trainer begins, a resumed one included. The
 Trainer's own machinery does the rest: ``gradient_accumulation_steps`` micro-batches per
 optimizer step, each step's loss the token mean over all of them on every rank
@@ -24,6 +25,7 @@ import functools
 
 import numpy as np
 
+from ..._compat import check_versions, collator_with_removed_columns, remove_unused_columns
 from ...balancing._epochs import EpochStream
 from ...balancing._sampler import BalancedBatchSampler, set_label_counter
 from ..collate._examples import label_tokens
@@ -78,20 +80,24 @@ def balance_trainer(trainer, sampler):
     step's loss is then the mean over all the step's pairs (KTO: examples) on every rank
     (``PackedKTOTrainer`` takes any ``per_device_train_batch_size``: it only sets KTO's KL pairs).
 
-    Refused (``ValueError``, naming the setting): ``per_device_train_batch_size`` other than
+    Refused (``RuntimeError``, naming the installed and the supported versions): transformers,
+    Accelerate or (for TRL's trainers) TRL outside the supported range (docs/training.md,
+    "Supported versions"). Refused (``ValueError``, naming the setting): ``per_device_train_batch_size`` other than
     1, ``gradient_accumulation_steps`` other than the sampler's ``micro_batches``, a rank or
     world size other than the trainer's, transformers' padding collators, TRL's preference
     trainers (above), and (when the trainer builds its loader) a dataset whose rows are not
     the sampler's lengths. Also, before anything changes: a dataset without ``len()`` and
     indexing (iterable, streaming), a trainer that regroups rows (TRL's ``GRPOTrainer``,
-    ``RLOOTrainer``: use ``PackedGRPOTrainer``), a model whose loss cannot take
-    ``num_items_in_batch``; a model whose ``forward`` does pass it on although it declares
-    ``accepts_loss_kwargs = False`` (Qwen2.5-VL, Qwen3-VL) gets
-    ``trainer.model_accepts_loss_kwargs = True``; a model transformers cannot resume through
+    ``RLOOTrainer``: use ``PackedGRPOTrainer``), a model that declares
+    ``accepts_loss_kwargs = False`` (its loss cannot take ``num_items_in_batch``) unless a
+    ``compute_loss_func`` is given; Qwen2.5-VL and Qwen3-VL, whose ``forward`` does pass it on
+    although they declare ``False``, get ``trainer.model_accepts_loss_kwargs = True``; a model transformers cannot resume through
     the Trainer (Qwen2-VL, Qwen2.5-VL) is warned about.
     """
     if not isinstance(sampler, BalancedBatchSampler):
         raise TypeError(f"sampler must be a packlib.BalancedBatchSampler, got {type(sampler).__name__}")
+    from_trl = any(c.__module__.startswith("trl.") for c in type(trainer).__mro__)
+    check_versions(("transformers", "accelerate") + (("trl",) if from_trl else ()), "packlib.torch.balance_trainer")
     refuse_unweighted(trainer)  # TRL's preference trainers: packlib's, which weigh every pair of a step, or refused
     args = trainer.args
     if args.per_device_train_batch_size != 1 and not getattr(trainer, "packlib_any_batch_size", False):
@@ -139,16 +145,16 @@ def _train_dataloader(trainer, stream):
         raise ValueError("a balanced schedule needs a train_dataset with a len() and indexing (a datasets.Dataset, "
                          "a list of examples), not an iterable dataset")
     if hasattr(dataset, "column_names") and hasattr(dataset, "with_format"):  # a datasets.Dataset
-        dataset = trainer._remove_unused_columns(dataset, description="Training")
+        dataset = remove_unused_columns(trainer, dataset)
     else:
-        collator = trainer._get_collator_with_removed_columns(collator, description="Training")
+        collator = collator_with_removed_columns(trainer, collator)
     _check_rows(dataset, stream.source)
     args = trainer.args
     kwargs = {k: getattr(args, a) for k, a in _LOADER_ARGS.items() if hasattr(args, a)}
     kwargs["worker_init_fn"] = functools.partial(seed_worker, num_workers=args.dataloader_num_workers,
                                                  rank=args.process_index)
     loader = torch.utils.data.DataLoader(dataset, batch_sampler=stream, collate_fn=collator, **kwargs)
-    return trainer.accelerator.prepare(loader)
+    return stream.drawn_by(trainer.accelerator.prepare(loader))
 
 
 def _check_rows(dataset, sampler) -> None:

@@ -3,7 +3,7 @@
 ``GRPOTrainer`` samples ``num_generations`` completions per prompt, scores them, and then
 computes each completion token's log-probability on a padded batch that repeats every prompt
 for each of its completions (prompts left-padded, completions right-padded). The mixin
-replaces that one computation (``_get_per_token_logps_and_entropies``, used for the policy,
+replaces that one computation (its per-token log-probs and entropies, used for the policy,
 the old policy and the reference model alike): the rows TRL hands it are laid out as
 :class:`PackedCollator` groups, **each prompt once** with its completions after it, in one
 padding-free row, and :func:`token_logps` reads the log-probs back into TRL's padded shape.
@@ -16,6 +16,7 @@ stay TRL's own.
 """
 from __future__ import annotations
 
+from ..._compat import attn_implementation, check_versions, entropy_bonus, with_host_methods
 from .._lazy import require_torch
 from ..collate import PackedCollator, model_inputs, shared_prompt_block_mask
 from ..logps import token_logps
@@ -23,6 +24,7 @@ from ..logps import token_logps
 _CLASS = None
 
 
+@with_host_methods
 class PackedGRPOMixin:
     """Put before ``GRPOTrainer`` (or a subclass of it) in a class's bases:
     ``class MyTrainer(PackedGRPOMixin, GRPOTrainer)``; ``PackedGRPOTrainer`` is that class.
@@ -40,8 +42,10 @@ class PackedGRPOMixin:
     auxiliary losses, completions whose mask is not one run of ones from their start.
     """
 
-    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
-                                           compute_entropy=False, compute_aux_loss=False, **vision):
+    def _packlib_per_token_logps(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
+                                 compute_entropy=False, compute_aux_loss=False, **vision):
+        """GRPOTrainer's per-token log-probs and entropies of its padded rows, computed on packed
+        rows (its private method of that computation is this one)."""
         torch = require_torch()
         given = sorted(k for k, v in vision.items() if v is not None)
         if given or compute_aux_loss:
@@ -52,16 +56,29 @@ class PackedGRPOMixin:
         step = batch_size or n
         logps = torch.zeros(n, logits_to_keep, dtype=torch.float32, device=input_ids.device)
         entropies = torch.zeros_like(logps) if compute_entropy else None
+        ran = False
         for start in range(0, n, step):
             rows = range(start, min(n, start + step))
-            self._packed_chunk(model, input_ids, attention_mask, logits_to_keep, rows, logps, entropies)
+            ran |= self._packed_chunk(model, input_ids, attention_mask, logits_to_keep, rows, logps, entropies)
+        if not ran and n and torch.is_grad_enabled():
+            logps += self._packlib_anchor(model, input_ids, logits_to_keep)
         return logps, entropies, None
+
+    def _packlib_anchor(self, model, input_ids, keep):
+        """A zero connected to the model's graph: when every completion of the call is masked
+        (``mask_truncated_completions``), the log-probs still come from a forward of the model
+        (one prompt token), so that TRL's ``backward`` finds a graph, as with its own forward."""
+        torch = require_torch()
+        token = input_ids[:1, -keep - 1:-keep]  # the last prompt token (prompts are left-padded)
+        with self.accelerator.autocast():
+            logits = model(input_ids=token, position_ids=torch.zeros_like(token), use_cache=False).logits
+        return logits.float().sum() * 0
 
     def _packed_chunk(self, model, input_ids, attention_mask, keep, rows, logps, entropies):
         torch = require_torch()
         examples, order = _groups(input_ids, attention_mask, keep, rows)
         if not examples:
-            return
+            return False
         inner = self.accelerator.unwrap_model(model)  # its config: DDP and the like hide it
         share = _attention(inner) != "flash"
         collate = PackedCollator(share_prompt=share, ragged_groups=True, flash_attn_kwargs=not share,
@@ -76,9 +93,10 @@ class PackedGRPOMixin:
         index = torch.as_tensor(order, device=input_ids.device)
         logps[index, :ours.shape[1]] = ours * mask
         if entropies is not None:
-            with torch.set_grad_enabled(torch.is_grad_enabled() and bool(getattr(self, "_entropy_bonus_enabled", 0))):
+            with torch.set_grad_enabled(torch.is_grad_enabled() and entropy_bonus(self)):
                 ent = _entropies(logits, batch, temperature, ours.shape)
             entropies[index, :ours.shape[1]] = ent * mask
+        return True
 
 
 PackedGRPOMixin.__module__ = "packlib.torch"
@@ -106,7 +124,7 @@ def _groups(input_ids, attention_mask, keep, rows):
 
 
 def _attention(model) -> str:
-    impl = str(getattr(getattr(model, "config", None), "_attn_implementation", "") or "")
+    impl = attn_implementation(model)
     return "flash" if "flash" in impl else "flex" if "flex" in impl else "dense"
 
 
@@ -142,7 +160,8 @@ def packed_grpo_trainer():
         try:
             from trl import GRPOTrainer
         except ImportError as e:
-            raise ImportError("PackedGRPOTrainer needs TRL: pip install trl") from e
+            raise ImportError("PackedGRPOTrainer needs TRL: pip install 'packlib[trl]'") from e
+        check_versions(("transformers", "accelerate", "trl"), "packlib.torch.PackedGRPOTrainer")
         _CLASS = type("PackedGRPOTrainer", (PackedGRPOMixin, GRPOTrainer), {
             "__module__": "packlib.torch", "__doc__":
             "``trl.GRPOTrainer`` computing its per-token log-probs on packed rows, each prompt once "

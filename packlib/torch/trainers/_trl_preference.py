@@ -16,17 +16,20 @@ trainer's code as it is.
 
 Under :func:`packlib.torch.balance_trainer` each micro-batch's loss is scaled so that the
 optimizer step's loss is the mean over all of the step's pairs (KTO: examples) on every
-rank, whatever the sizes of its micro-batches (``_get_num_items_in_batch`` counts them).
+rank, whatever the sizes of its micro-batches (the Trainer's count of a step's items counts them).
 """
 from __future__ import annotations
 
+import contextlib
+import copy
 import inspect
 
+from ..._compat import check_versions, host_method, reference_adapter, tp_size, with_host_methods
 from ..collate._collator import PACKED_TRAINER_FLAG, PADDED_READERS, PackedCollator
 from ..logps._logps import sequence_logps
-from ..collate._preference import model_inputs
+from ..collate._preference import model_inputs, truncation_settings
 from .._lazy import require_torch
-from ._trl_rows import ROW_KEY, is_packed_row, padded_view, patch_forward, row_units
+from ._trl_rows import ROW_KEY, is_packed_row, packed_forward, padded_view, row_units
 
 #: public name -> TRL's class it subclasses
 TRAINERS = {packed: trl_name for trl_name, packed in PADDED_READERS.items()}
@@ -34,12 +37,14 @@ KL_KEY = "kl_batch"
 _CLASSES: dict = {}
 
 
+@with_host_methods
 class _Packed:
     """What the three packed trainers share: the default collator, the model's packed
     forward, and the balanced steps' weighting."""
 
     _packlib_kind = "causal"
     _packlib_balanced = False
+    _packlib_cuts = ()  # the config's settings of TRL's truncation that a PackedCollator must share
 
     def __init__(self, *args, **kwargs):
         base = _trl_base(type(self))
@@ -48,6 +53,7 @@ class _Packed:
             bound.arguments["data_collator"] = self._packlib_default_collator(bound.arguments.get("args"), base)
         collator = bound.arguments["data_collator"]
         if isinstance(collator, PackedCollator):
+            collator = _agreed_cuts(collator, bound.arguments.get("args"), base, self._packlib_cuts)
             bound.arguments["data_collator"] = self._packlib_collator(collator)
         super().__init__(*bound.args[1:], **bound.kwargs)
 
@@ -57,10 +63,11 @@ class _Packed:
     def _packlib_collator(self, collator):
         return collator
 
-    def _packlib_patch(self):
-        patch_forward(self.model, self._packlib_kind)
+    def _packlib_packed(self, stack) -> None:
+        """Within ``stack``: the model (and the reference model) read packed rows."""
+        stack.enter_context(packed_forward(self.model, self._packlib_kind))
         if getattr(self, "ref_model", None) is not None:
-            patch_forward(self.ref_model, self._packlib_kind)
+            stack.enter_context(packed_forward(self.ref_model, self._packlib_kind))
 
     def _packlib_inputs(self, row) -> dict:
         raise NotImplementedError
@@ -68,8 +75,10 @@ class _Packed:
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         if not is_packed_row(inputs):  # a padded batch: the trainer's own path
             return super().compute_loss(model, inputs, return_outputs=return_outputs)
-        self._packlib_patch()
-        out = super().compute_loss(model, self._packlib_inputs(inputs), return_outputs=return_outputs)
+        with contextlib.ExitStack() as stack:
+            self._packlib_packed(stack)
+            stack.enter_context(agreed_gather(self.accelerator))
+            out = super().compute_loss(model, self._packlib_inputs(inputs), return_outputs=return_outputs)
         if not (self._packlib_balanced and num_items_in_batch is not None and self.model.training):
             return out
         loss, rest = (out[0], out[1:]) if return_outputs else (out, ())
@@ -82,11 +91,13 @@ class _Packed:
         return max(1, self.accelerator.num_processes // max(1, self._packlib_tp()))
 
     def _packlib_tp(self) -> int:
-        return getattr(self, "_tp_size", 1) or 1
+        return tp_size(self)
 
-    def _get_num_items_in_batch(self, batch_samples, device):
+    def _packlib_num_items_in_batch(self, batch_samples, device):
+        """The step's denominator: its pairs (examples) over its micro-batches and ranks under
+        balance_trainer; else the Trainer's own (its private method of that count is this one)."""
         if not (self._packlib_balanced and batch_samples and all(map(is_packed_row, batch_samples))):
-            return super()._get_num_items_in_batch(batch_samples, device)
+            return host_method(self, _Packed, "num_items_in_batch")(batch_samples, device)
         torch = require_torch()
         n = torch.tensor(sum(row_units(b) for b in batch_samples), dtype=torch.int64, device=device)
         if self.args.average_tokens_across_devices and self.args.world_size > 1:
@@ -101,6 +112,8 @@ class _Packed:
 
 
 class _DPO(_Packed):
+    _packlib_cuts = ("max_length", "truncation_mode")
+
     def _packlib_default_collator(self, args, base):
         return PackedCollator(max_length=_setting(args, base, "max_length"),
                               truncation_mode=_setting(args, base, "truncation_mode"))
@@ -114,8 +127,8 @@ class _DPO(_Packed):
     def compute_ref_log_probs(self, model, inputs):
         if not is_packed_row(inputs):
             return super().compute_ref_log_probs(model, inputs)
-        patch_forward(model, "causal")
-        return super().compute_ref_log_probs(model, self._packlib_inputs(inputs))
+        with packed_forward(model, "causal"):
+            return super().compute_ref_log_probs(model, self._packlib_inputs(inputs))
 
 
 class _Reward(_Packed):
@@ -128,10 +141,12 @@ class _Reward(_Packed):
         return fake
 
 
+@with_host_methods
 class _KTO(_Packed):
     # per_device_train_batch_size sets KTO's KL pairs (TRL rotates completions within such
     # chunks of the dataset); balanced micro-batches are the sampler's whatever it is
     packlib_any_batch_size = True
+    _packlib_cuts = ("max_length",)
 
     def _packlib_default_collator(self, args, base):
         return PackedCollator(max_length=_setting(args, base, "max_length"))
@@ -146,9 +161,10 @@ class _KTO(_Packed):
         fake.update({k: row[k] for k in ("ref_logps", "ref_KL_logps") if k in row})
         return fake
 
-    def _compute_kl_logps(self, model, batch):
+    def _packlib_kl_logps(self, model, batch):
+        """KTO's KL term's log-probs of a packed row (its private method of them is this one)."""
         if ROW_KEY not in batch:
-            return super()._compute_kl_logps(model, batch)
+            return host_method(self, _KTO, "kl_logps")(model, batch)
         if not self.calculate_KL:
             return None
         return _kl_sums(model, batch[ROW_KEY])
@@ -157,9 +173,47 @@ class _KTO(_Packed):
         if not is_packed_row(inputs):
             return super().compute_ref_log_probs(model, inputs)
         torch = require_torch()
-        with torch.no_grad(), self.accelerator.autocast():
+        # a PEFT model without ref_model is its own reference with the adapter disabled, as in TRL's
+        with torch.no_grad(), reference_adapter(self), self.accelerator.autocast():
             logps = sequence_logps(model(**model_inputs(inputs)).logits, inputs)
-        return logps, (_kl_sums(model, inputs) if self.calculate_KL else None)
+            return logps, (_kl_sums(model, inputs) if self.calculate_KL else None)
+
+
+@contextlib.contextmanager
+def agreed_gather(accelerator):
+    """Within the block, ``accelerator.gather`` (and ``gather_for_metrics``, which calls it)
+    takes tensors whose first dimension differs between the processes: TRL's metrics gather one
+    value per pair (example), and a balanced step's micro-batches hold different numbers of
+    them on each rank, which a collective of one agreed shape cannot take. Each process's
+    sizes are gathered first, every tensor padded to the largest, gathered, and the padding
+    cut out again: the values TRL's gather would give of equal sizes. Afterwards the
+    accelerator is as it was."""
+    if getattr(accelerator, "num_processes", 1) < 2 or "gather" in vars(accelerator):
+        yield
+        return
+    original = accelerator.gather
+    accelerator.gather = lambda data: _gather_any(original, data)
+    try:
+        yield
+    finally:
+        del accelerator.gather
+
+
+def _gather_any(gather, data):
+    torch = require_torch()
+    if isinstance(data, (tuple, list)):
+        return type(data)(_gather_any(gather, d) for d in data)
+    if isinstance(data, dict):
+        return type(data)((k, _gather_any(gather, v)) for k, v in data.items())
+    if not torch.is_tensor(data) or data.dim() == 0:
+        return gather(data)
+    sizes = gather(torch.tensor([data.shape[0]], dtype=torch.int64, device=data.device)).tolist()
+    top = max(sizes)
+    if min(sizes) == top:
+        return gather(data)
+    padded = torch.cat([data, data.new_zeros((top - data.shape[0], *data.shape[1:]))])
+    every = gather(padded)
+    return torch.cat([every[r * top:r * top + n] for r, n in enumerate(sizes)])
 
 
 def _kl_sums(model, row):
@@ -201,6 +255,32 @@ def _tokens(row):
     return torch.ones_like(row["input_ids"])
 
 
+def _agreed_cuts(collator, args, base, names):
+    """A ``PackedCollator`` given to a packed trainer cuts as the trainer's config says (TRL's
+    own collator cuts by ``max_length`` / ``truncation_mode``): one that sets no ``max_length``
+    is copied with the config's, one that sets other values is refused, naming both."""
+    if not names:
+        return collator
+    want = {name: _setting(args, base, name) for name in names}
+    if collator.max_length is None and want["max_length"] is not None:
+        agreed = copy.copy(collator)  # the user's collator itself is left as it is
+        agreed.max_length, agreed.truncation_mode = truncation_settings(
+            want["max_length"], want.get("truncation_mode", collator.truncation_mode), collator.share_prompt)
+        return agreed
+    for name in names:
+        want, have = _setting(args, base, name), getattr(collator, name)
+        if name == "truncation_mode" and _setting(args, base, "max_length") is None:
+            continue  # nothing is cut: the mode does not matter
+        if want != have:
+            config = base.__name__.replace("Trainer", "Config")
+            raise ValueError(f"the data_collator's {name}={have!r} but the trainer's {config} has {name}={want!r}: "
+                             f"TRL's own collator cuts by the config, so the packed rows would hold other tokens than "
+                             f"TRL's batch; build the collator with PackedCollator(..., {name}={want!r}), or set "
+                             f"{name}={have!r} in the config (or leave data_collator out: the default cuts as the "
+                             "config says)")
+    return collator
+
+
 def _setting(args, base, name):
     """``args.<name>``, or the default of the trainer's config when ``args`` is None."""
     if args is not None:
@@ -234,8 +314,9 @@ def trainer_class(name: str):
         try:
             import trl
         except ImportError as e:
-            raise ImportError(f"packlib.torch.{name} subclasses TRL's {TRAINERS[name]}: pip install trl") from e
+            raise ImportError(f"packlib.torch.{name} subclasses TRL's {TRAINERS[name]}: pip install 'packlib[trl]'") from e
 
+        check_versions(("transformers", "accelerate", "trl"), f"packlib.torch.{name}")
         base_name = TRAINERS[name]
         base = getattr(trl, base_name)
         unit = "examples" if base_name == "KTOTrainer" else "pairs"

@@ -7,15 +7,18 @@ shape ``(sequences, padded length - 1)``; ``RewardTrainer`` calls ``model(**inpu
 ``logits``, one score per sequence. Here the same fields come from a packed row of
 :class:`packlib.torch.PackedCollator`: :func:`padded_view` lays each sequence's completion
 tokens out as the trainer's shifted padded batch holds them (row ``i`` is sequence ``i`` in
-TRL's order, its completion from column 0), and :func:`patch_forward` makes a model, called
-with ``packlib_row=`` the packed batch, run that row and return those fields in that layout
-(:func:`fused_output`, :func:`scores_output`). Every other call is the model's own.
+TRL's order, its completion from column 0), and within a :func:`packed_forward` block a
+model called with ``packlib_row=`` the packed batch runs that row and returns those fields in
+that layout (:func:`fused_output`, :func:`scores_output`). Every other call is the model's own,
+and after the block the model is as it was.
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 from collections.abc import Mapping
 
+from ..._compat import fused_output_class
 from .._lazy import require_torch
 from ..collate._preference import model_inputs
 from ..logps._logps import _apply, _chunks, _completion_targets, _flat_logits
@@ -62,8 +65,7 @@ def fused_output(run, row, keep_logits: bool = False):
     ``log_probs`` differentiable (:func:`packlib.torch.token_logps`' rows and columns), the
     other per-token fields without gradient, zero where no completion token is."""
     torch = require_torch()
-    from trl.trainer.utils import FusedCausalLMOutput
-
+    FusedCausalLMOutput = fused_output_class()
     src, tok, seq, col, n, width = _completion_targets(row, row["input_ids"].numel())
     c = src >= 0
     src, tok, seq, col = src[c], tok[c], seq[c], col[c]
@@ -127,15 +129,23 @@ def base_module(model):
     return m
 
 
-def patch_forward(model, kind: str) -> None:
-    """Make ``model(..., packlib_row=row)`` compute on the packed ``row`` what TRL's trainer
-    reads (``kind``: ``"causal"``, with ``fused_lm_head=True`` TRL's fused fields, else the
-    model's output on the row; ``"scores"``: one score per sequence); other calls are
-    unchanged. Idempotent."""
+@contextlib.contextmanager
+def packed_forward(model, kind: str):
+    """For the duration of the ``with`` block, make ``model(..., packlib_row=row)`` compute on
+    the packed ``row`` what TRL's trainer reads (``kind``: ``"causal"``, with
+    ``fused_lm_head=True`` TRL's fused fields, else the model's output on the row;
+    ``"scores"``: one score per sequence); other calls are unchanged. On leaving, the model's
+    ``forward`` is what it was, so no copy, pickle or later trainer of the model sees the
+    packed path. Nested blocks on the same model reuse the outer one."""
     module = base_module(model)
-    if getattr(module, "_packlib_rows", None) == (kind, module.forward):
-        return  # patched, and not wrapped since (a trainer built again on the model wraps its forward again)
+    current = module.__dict__.get("forward")
+    if getattr(current, "_packlib_row_kind", None) == kind:
+        yield
+        return
     inner = module.forward
+    # the packed row runs the class's forward on this module: a forward TRL set on the
+    # instance calls the forward of the module it was set on, which a deep copy does not rebind
+    own = type(module).forward.__get__(module)
     # the logits of the positions that predict a completion token only, where the model can
     keep_logits = "logits_to_keep" in inspect.signature(type(module).forward).parameters
 
@@ -146,9 +156,16 @@ def patch_forward(model, kind: str) -> None:
             return scores_output(module, packlib_row)
         extra = {k: kwargs[k] for k in ("output_router_logits",) if k in kwargs}
         if not kwargs.get("fused_lm_head", False):
-            return inner(**model_inputs(packlib_row), **extra)
-        return fused_output(lambda **keep: inner(**model_inputs(packlib_row), **extra, **keep), packlib_row,
+            return own(**model_inputs(packlib_row), **extra)
+        return fused_output(lambda **keep: own(**model_inputs(packlib_row), **extra, **keep), packlib_row,
                             keep_logits=keep_logits)
 
+    forward._packlib_row_kind = kind
     module.forward = forward
-    module._packlib_rows = (kind, forward)
+    try:
+        yield
+    finally:
+        if current is None:
+            del module.forward
+        else:
+            module.forward = current
