@@ -17,6 +17,7 @@ stay TRL's own.
 from __future__ import annotations
 
 from .._lazy import require_torch
+from ..check._trainer import add_packing_check
 from ..collate import PackedCollator, model_inputs, shared_prompt_block_mask
 from ..logps import token_logps
 
@@ -36,9 +37,16 @@ class PackedGRPOMixin:
     cannot read a tree). Entropies are computed from the same logits, divided by the
     temperature as TRL's fused head does.
 
+    Before the first step the model is checked on a shared-prompt row
+    (:func:`packlib.torch.check_packing`); ``packlib_check_packing=False`` turns the check off.
+
     Refused (``ValueError``): images (vision-language models: use ``GRPOTrainer``), MoE
     auxiliary losses, completions whose mask is not one run of ones from their start.
     """
+
+    def __init__(self, *args, packlib_check_packing: bool = True, **kwargs):
+        super().__init__(*args, **kwargs)
+        add_packing_check(self, packlib_check_packing)
 
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
                                            compute_entropy=False, compute_aux_loss=False, **vision):
