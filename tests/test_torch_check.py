@@ -222,6 +222,26 @@ def test_packed_dpo_trainer_refuses_a_leaking_model_before_any_step(tmp_path):
     assert trainer.state.global_step == 1
 
 
+def test_packed_grpo_trainer_refuses_a_shared_prompt_on_a_recurrent_model(tmp_path):
+    pytest.importorskip("trl")
+    pytest.importorskip("datasets")
+    from tests import test_trainer_grpo as G
+    from packlib.torch import PackedGRPOTrainer
+    import trl
+
+    config = transformers.Mamba2Config(**dict(models.CONFIGS["Mamba2"][1], vocab_size=G.V, pad_token_id=0,
+                                              eos_token_id=1, bos_token_id=None))
+    model = transformers.Mamba2ForCausalLM(config)
+    before = _params(model)
+    args = trl.GRPOConfig(str(tmp_path), per_device_train_batch_size=G.K, num_generations=G.K, max_completion_length=4,
+                          max_steps=1, report_to=[], use_cpu=True, save_strategy="no", disable_tqdm=True, bf16=False)
+    trainer = PackedGRPOTrainer(model=model, reward_funcs=G._reward, args=args, train_dataset=G._prompts(),
+                                processing_class=G._tokenizer())
+    with pytest.raises(ValueError, match="Mamba2ForCausalLM has layers that carry state.*cannot fork"):
+        trainer.train()
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="the ranks are forked (POSIX)")
 def test_two_ranks_agree_on_the_check(tmp_path):
     """Two gloo ranks (tests/_check_worker.py): both refuse the leaking model before any step,

@@ -243,6 +243,8 @@ def _packed_logps(model, batch, name: str):
         model_inputs({**batch, "attention_mask": tree_mask(batch)})
     moved = {}
     for k, v in inputs.items():
+        if k == "labels":  # compared from the logits; a loss is not needed
+            continue
         if torch.is_tensor(v):
             v = v.to(device)
             if v.is_floating_point():  # a 4-D mask: in the model's dtype
