@@ -19,7 +19,8 @@ CPU), three sequences of 11, 7 and 13 random tokens. Columns:
   a micro-batch of 4 × 128 tokens (forward, backward, SGD), for scale.
 
 ``--padding``: the tokens a balanced micro-batch of unpacked rows computes (sequences ×
-longest) per token trained, on lognormal lengths, for the rows packlib plans.
+longest) per token it holds, on lognormal lengths (packed rows: 1.00), for the micro-batches
+packlib plans with and without a depth limit.
 """
 from __future__ import annotations
 
@@ -105,15 +106,15 @@ def padding() -> None:
     import packlib
 
     lengths = np.minimum(np.random.default_rng(0).lognormal(5.5, 0.9, 20_000).astype(np.int64) + 2, 2048)
-    print(f"\n{'rows of L tokens':>18s} {'computed / trained, packed':>28s} {'unpacked (padded)':>18s}")
+    print(f"\n{'L':>6s} {'max_sequences_per_pack':>23s} {'micro-batches':>14s} {'computed / trained, unpacked':>29s}")
     for L in (2048, 4096, 8192):
-        sampler = packlib.BalancedBatchSampler(lengths, L, rank=0, world_size=1)
-        real = padded = 0
-        for batch in sampler:
-            n = lengths[batch]
-            real += int(n.sum())
-            padded += int(n.max()) * n.size
-        print(f"{L:>18,d} {1.0:>28.2f} {padded / real:>18.2f}")
+        for depth in (None, 4):
+            sampler = packlib.BalancedBatchSampler(lengths, L, depth, rank=0, world_size=1)
+            real = padded = count = 0
+            for batch in sampler:
+                n = lengths[batch]
+                real, padded, count = real + int(n.sum()), padded + int(n.max()) * n.size, count + 1
+            print(f"{L:>6,d} {str(depth):>23s} {count:>14,d} {padded / real:>29.2f}")
 
 
 def main() -> None:
