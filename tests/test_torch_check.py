@@ -47,6 +47,13 @@ def test_exact_models_are_accepted(name):
     assert "exact=True" in repr(report)
 
 
+def test_half_precision_is_checked_within_its_rounding():
+    report = check_packing(_model("Llama").to(torch.bfloat16), models.examples())
+    assert report.dtype == "bfloat16" and report.tolerance[0] >= 2e-2
+    with pytest.raises(ValueError, match="LlamaForCausalLM does not keep packed sequences apart.*bfloat16"):
+        check_packing(models.running_mean_llama().to(torch.bfloat16), models.examples())
+
+
 def test_a_running_mean_over_the_row_is_refused_naming_the_model():
     with pytest.raises(ValueError, match="LlamaForCausalLM does not keep packed sequences apart") as e:
         check_packing(models.running_mean_llama(), models.examples())
@@ -181,7 +188,7 @@ def test_balance_trainer_refuses_a_leaking_model_before_any_step(tmp_path):
     model = models.running_mean_llama(vocab=64)
     before = _params(model)
     trainer = _balanced(model, tmp_path)
-    with pytest.raises(ValueError, match="LlamaForCausalLM does not keep packed sequences apart.*before the first step"):
+    with pytest.raises(ValueError, match="LlamaForCausalLM does not keep packed.*before the first step"):
         trainer.train()
     assert trainer.state.global_step == 0 and all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
     trainer = _balanced(models.running_mean_llama(vocab=64), tmp_path / "off", check_packing=False)
