@@ -166,6 +166,33 @@ def test_padded_collator_lays_each_sequence_out_alone():
 
 
 # ------------------------------------------------------------------------ the trainers
+def test_the_trainers_check_reads_a_few_short_sequences_of_its_data():
+    from types import SimpleNamespace
+
+    from packlib.torch.check import _trainer
+
+    llama = _model("Llama")
+
+    def seqs(rows, collator=None):
+        t = SimpleNamespace(train_dataset=rows, processing_class=None, data_collator=collator)
+        return _trainer._sequences(t, llama), t
+
+    pairs = [{"prompt_ids": [1, 2], "chosen_ids": [3, 4], "rejected_ids": [5]}]
+    assert seqs(pairs)[0] == [[1, 2, 3, 4], [1, 2, 5]]
+    packed_row = [{"input_ids": list(range(1, 61)), "seq_lengths": [30, 30]}]
+    assert seqs(packed_row)[0] == [list(range(1, 25)), list(range(31, 55))]  # 24 tokens of each
+    assert seqs([{"input_ids": [7, 8, 9]}])[0] == [[7, 8, 9], [7, 8, 9]]  # one sequence: twice
+    synthetic, _ = seqs(None)
+    assert len(synthetic) == 3 and all(0 <= t < models.VOCAB for s in synthetic for t in s)
+    examples, collator = _trainer._layout(seqs(pairs)[1], llama, seqs(pairs)[0])
+    assert isinstance(collator, PackedCollator) and examples == [{"input_ids": [1, 2, 3, 4]}, {"input_ids": [1, 2, 5]}]
+    t = seqs(pairs, PackedCollator(share_prompt=True))[1]
+    examples, collator = _trainer._layout(t, llama, seqs(pairs)[0])
+    assert collator.share_prompt and examples[0]["completion_ids"] == [[1, 2, 3, 4], [1, 2, 5]]
+    t = seqs(pairs, PaddedCollator())[1]
+    assert isinstance(_trainer._layout(t, llama, seqs(pairs)[0])[1], PaddedCollator)
+
+
 def _balanced(model, tmp_path, collator=None, **kw):
     from tests import _trainer_worker as worker
 

@@ -21,6 +21,7 @@ from ..collate._vision import VisionPackedCollator
 from ..collate._preference import model_inputs
 from ..collate._tree_masks import tree_mask
 from ._causes import likely_cause, stateful_config, stateful_layers
+from ._hf import attn_implementation
 from ._rows import sequence_paths
 
 #: ``(absolute, relative)`` tolerances by the model's floating dtype: on a trained token's
@@ -310,7 +311,7 @@ def _compare(model, name, dtype, batch, paths, packed, alone) -> PackingCheck:
         diffs.append(d)
         worst, worst_rel = max(worst, (d, k)), max(worst_rel, rel)
     atol, rtol = _tolerance(dtype, noise)
-    attn = getattr(model.config, "_attn_implementation", None)
+    attn = attn_implementation(model)
     if worst[0] > atol or worst_rel > rtol:
         raise ValueError(_leak_message(model, name, dtype, worst, worst_rel, (atol, rtol), attn))
     return PackingCheck(max_difference=worst[0], differences=tuple(diffs), relative_difference=worst_rel,

@@ -27,7 +27,7 @@ def sequence_paths(batch) -> list[tuple[list[int], list[bool]]]:
         return _tree_paths(batch)
     if "prev_index" in batch:
         return _pair_paths(batch)
-    if ids.dim() == 2 and ids.shape[0] > 1 or _is_padded(batch):
+    if (ids.dim() == 2 and ids.shape[0] > 1) or _is_padded(batch):
         return _padded_paths(batch)
     labels = batch["labels"].reshape(-1).tolist()
     starts = [i for i, p in enumerate(batch["position_ids"].reshape(-1)[: len(labels)].tolist()) if p == 0]

@@ -18,6 +18,7 @@ from ..collate._examples import read_example
 from ..collate._padded import PaddedCollator
 from ..collate._vision import VisionPackedCollator
 from ._check import check_packing
+from ._hf import attn_implementation
 
 #: rows of the training data read, sequences checked, and tokens kept of each
 ROWS, SEQUENCES, TOKENS = 8, 3, 24
@@ -78,7 +79,11 @@ def _sequences(trainer, model) -> list[list[int]]:
     dataset = getattr(trainer, "train_dataset", None)
     rows = min(ROWS, len(dataset)) if dataset is not None and hasattr(dataset, "__len__") else 0
     for i in range(rows):
-        for seq in _row_sequences(dataset[i], getattr(trainer, "processing_class", None)):
+        try:
+            row = dataset[i]
+        except Exception:  # noqa: BLE001  (a dataset that cannot be read here: the fixed pattern instead)
+            break
+        for seq in _row_sequences(row, getattr(trainer, "processing_class", None)):
             if len(seq) >= 2 and len(found) < SEQUENCES:
                 found.append(seq[:TOKENS])
     if not found:
@@ -132,7 +137,7 @@ def _tree_kind(trainer, model, collator) -> str | None:
     if getattr(inner, "share_prompt", False):
         return "prompt"
     grpo = any(c.__name__ == "PackedGRPOMixin" for c in type(trainer).__mro__)
-    attn = str(getattr(model.config, "_attn_implementation", "") or "")
+    attn = attn_implementation(model) or ""
     return "prompt" if grpo and "flash" not in attn else None
 
 
