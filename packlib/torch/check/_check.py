@@ -126,8 +126,15 @@ def check_packing(model, examples, *, collator=None) -> PackingCheck:
         to do instead), its packed forward raises, or the input is not usable: a model without
         ``config``, on the meta device, or without ``logits``; examples the collator refuses.
     """
+    return run_check(model, examples, collator)
+
+
+def run_check(model, examples, collator, runner=None) -> PackingCheck:
+    """:func:`check_packing`, the forwards run by ``runner`` (default ``model``): the wrapper a
+    trainer calls (DDP, FSDP), whose forward gathers sharded parameters, around ``model``."""
     torch = require_torch()
     collator = _checked(model, examples, collator)
+    runner = model if runner is None else runner
     name = type(model).__name__
     _refuse_tree_on_recurrence(model, collator, name)
     try:
@@ -138,14 +145,14 @@ def check_packing(model, examples, *, collator=None) -> PackingCheck:
     if not any(any(t) for _, t in paths):
         raise ValueError("check_packing: the examples train no token (every label -100 or masked): give examples "
                          "with trained tokens")
-    state = _save_state(model)
+    state = _save_state(runner)
     try:
-        model.eval()
+        runner.eval()
         with torch.no_grad():
-            packed, dtype = _packed_logps(model, batch, name)
-            alone = [_alone_logps(model, batch, path, name, "use_cache" in batch) for path, _ in paths]
+            packed, dtype = _packed_logps(model, runner, batch, name)
+            alone = [_alone_logps(model, runner, batch, path, name, "use_cache" in batch) for path, _ in paths]
     finally:
-        _restore_state(model, state)
+        _restore_state(runner, state)
     return _compare(model, name, dtype, batch, paths, packed, alone)
 
 
@@ -216,7 +223,7 @@ def _scorer(model):
     return None
 
 
-def _logits(model, kwargs, name: str, what: str):
+def _logits(model, runner, kwargs, name: str, what: str):
     """The model's logits on ``kwargs`` (float32), or for a reward model its score head on
     every token's last hidden state: ``(rows, tokens, vocab or labels)``."""
     scorer = _scorer(model)
@@ -224,7 +231,7 @@ def _logits(model, kwargs, name: str, what: str):
         if scorer is not None:
             hidden = scorer[0](**kwargs).last_hidden_state
             return scorer[1](hidden).float()
-        out = model(**kwargs)
+        out = runner(**kwargs)
     except Exception as e:  # noqa: BLE001  (transformers' own refusal, or any failure: reported naming the model)
         raise ValueError(f"{name} raised on {what}: {type(e).__name__}: {e}. It cannot be checked (or trained) this "
                          f"way: {UNPACKED}") from e
@@ -243,7 +250,7 @@ def _normalised(model, logits):
     return logits if _scorer(model) is not None else torch.log_softmax(logits, dim=-1)
 
 
-def _packed_logps(model, batch, name: str):
+def _packed_logps(model, runner, batch, name: str):
     torch = require_torch()
     device, dtype = _model_dtype(model)
     inputs = model_inputs(batch) if "tree_end" not in batch or "attention_mask" in batch else \
@@ -257,22 +264,22 @@ def _packed_logps(model, batch, name: str):
             if v.is_floating_point():  # a 4-D mask: in the model's dtype
                 v = v.to(dtype)
         moved[k] = v
-    logits = _logits(model, moved, name, "the packed row")
+    logits = _logits(model, runner, moved, name, "the packed row")
     flat = _normalised(model, logits.reshape(-1, logits.shape[-1]))
     return flat, str(dtype).replace("torch.", "")
 
 
-def _alone_logps(model, batch, path, name: str, use_cache: bool):
+def _alone_logps(model, runner, batch, path, name: str, use_cache: bool):
     """The sequence alone, and alone with tokens appended (which a causal model computes the
     sequence's positions through unchanged, up to rounding: the rounding of another shape)."""
     torch = require_torch()
     device, _ = _model_dtype(model)
     ids = batch["input_ids"].reshape(-1)[path].reshape(1, -1).to(device)
     extra = {"use_cache": False} if use_cache else {}
-    alone = _normalised(model, _logits(model, {"input_ids": ids, **extra}, name, "a sequence alone")[0])
+    alone = _normalised(model, _logits(model, runner, {"input_ids": ids, **extra}, name, "a sequence alone")[0])
     longer = torch.cat([ids, ids.flip(1), ids], dim=1)
     try:
-        logits = _logits(model, {"input_ids": longer, **extra}, name, "a longer row")
+        logits = _logits(model, runner, {"input_ids": longer, **extra}, name, "a longer row")
         appended = _normalised(model, logits[0, :ids.shape[1]])
     except ValueError:  # a model that takes no longer sequence: no estimate of the rounding
         appended = alone

@@ -17,7 +17,7 @@ from ..collate._collator import PackedCollator
 from ..collate._examples import read_example
 from ..collate._padded import PaddedCollator
 from ..collate._vision import VisionPackedCollator
-from ._check import check_packing
+from ._check import run_check
 from ._hf import attn_implementation
 
 #: rows of the training data read, sequences checked, and tokens kept of each
@@ -59,11 +59,12 @@ def _callback_class():
 
 def check_trainer_model(trainer, model):
     """:func:`check_packing` on ``model`` with examples from ``trainer``'s data and collator."""
+    wrapped = model
     model = trainer.accelerator.unwrap_model(model)
     sequences = _sequences(trainer, model)
     examples, collator = _layout(trainer, model, sequences)
-    try:
-        return check_packing(model, examples, collator=collator)
+    try:  # the forwards through the wrapper the trainer calls (FSDP's gathers its sharded parameters)
+        return run_check(model, examples, collator, runner=wrapped)
     except ValueError as e:
         raise ValueError(f"{e}. (Checked before the first step by packlib's {type(trainer).__name__} path on "
                          f"{len(sequences)} short sequences of train_dataset; turn the check off with "
