@@ -233,6 +233,21 @@ def _training_balanced(ns, tmp, stack):
               max_sequence_length=128)
 
 
+def _training_exactness(ns, tmp, stack):
+    """The reader's model and data: a tiny Llama and examples of the balanced section."""
+    _training_balanced(ns, tmp, stack)
+
+
+def _training_unpacked(ns, tmp, stack):
+    """The reader's model is a recurrent one: a tiny Mamba2."""
+    _training_balanced(ns, tmp, stack)
+    import transformers
+
+    config = transformers.Mamba2Config(vocab_size=1000, hidden_size=32, num_hidden_layers=2, num_heads=4, head_dim=16,
+                                       state_size=8, n_groups=1, expand=2, chunk_size=8)
+    ns["model"] = transformers.Mamba2ForCausalLM(config)
+
+
 def _training_balanced_sft(ns, tmp, stack):
     _training_sft(ns, tmp, stack)
     datasets = pytest.importorskip("datasets")
@@ -433,6 +448,8 @@ SETUPS = {
     ("docs/training.md", "TRL's `SFTTrainer`"): _training_sft,
     ("docs/training.md", "Balanced steps in `transformers.Trainer` and Accelerate"): _training_balanced,
     ("docs/training.md", "Balanced steps in TRL's `SFTTrainer`"): _training_balanced_sft,
+    ("docs/training.md", "Which models pack exactly"): _training_exactness,
+    ("docs/training.md", "Models that cannot pack: unpacked rows, still balanced"): _training_unpacked,
     ("docs/optimal.md", "The certificate: check the bound without packlib"): _optimal_certificate,
     ("docs/pipeline.md", "Packing datasets larger than memory: `pack-dataset`"): _pipeline_intro,
     ("docs/preference.md", "A DPO loop"): _preference_dpo,

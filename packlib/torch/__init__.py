@@ -15,6 +15,11 @@ measured on the model).
   request a 4-D block-diagonal causal mask. ``loss = model(**batch).loss`` is then the
   token-weighted loss of the row's sequences, each computed as if alone.
 - :func:`block_causal_mask` is that mask on its own.
+- :func:`check_packing` checks that a model computes a packed row as each of its sequences
+  alone (layers that carry state along the row, such as Mamba mixers, short convolutions
+  and recurrences, do not): ``balance_trainer`` and packlib's TRL trainers run it before
+  their first step. :class:`PaddedCollator` lays each sequence out in its own right-padded
+  row, for the models it refuses (docs/training.md, "Which models pack exactly").
 - :func:`label_tokens` counts the tokens the collator trains of each example (the
   ``label_tokens`` of :class:`packlib.BalancedBatchSampler` for data with labels or masks).
 - Preference pairs and groups of completions (TRL's ``prompt_ids`` with ``chosen_ids`` /
@@ -57,15 +62,16 @@ measured on the model).
 from __future__ import annotations
 
 from ._checkpoint import ITERABLE_NAME, CheckpointableDataset, iterable_dataset_class
-from .collate import (PackedCollator, VisionPackedCollator, block_causal_mask, label_tokens, model_inputs,
-                      shared_prompt_block_mask, shared_prompt_mask, split_trees, tree_block_mask, tree_mask,
+from .check import PackingCheck, check_packing
+from .collate import (PackedCollator, PaddedCollator, VisionPackedCollator, block_causal_mask, label_tokens,
+                      model_inputs, shared_prompt_block_mask, shared_prompt_mask, split_trees, tree_block_mask, tree_mask,
                       tree_sizes)
 from .cost import CostFit, calibrate_cost, calibrate_vision_cost, calibration_rows, image_grid_thw
 from .logps import sequence_logps, sequence_scores, token_logps
 from .trainers import TRL_TRAINERS, PackedGRPOMixin, balance_trainer
 
-__all__ = ["PackedCollator", "block_causal_mask", "CheckpointableDataset", "label_tokens", "sequence_logps",
-           "token_logps", "sequence_scores",
+__all__ = ["PackedCollator", "PaddedCollator", "check_packing", "PackingCheck", "block_causal_mask",
+           "CheckpointableDataset", "label_tokens", "sequence_logps", "token_logps", "sequence_scores",
            "model_inputs", "shared_prompt_mask", "shared_prompt_block_mask", "calibrate_cost", "calibration_rows",
            "CostFit", "VisionPackedCollator", "calibrate_vision_cost", "image_grid_thw", "balance_trainer",
            "PackedGRPOMixin", "tree_block_mask", "tree_mask", "tree_sizes", "split_trees"]

@@ -28,6 +28,7 @@ import numpy as np
 from ..._compat import check_versions, collator_with_removed_columns, remove_unused_columns
 from ...balancing._epochs import EpochStream
 from ...balancing._sampler import BalancedBatchSampler, set_label_counter
+from ..check._trainer import add_packing_check
 from ..collate._examples import label_tokens
 from .._lazy import require_torch
 from ._checks import check_trainer
@@ -41,7 +42,7 @@ _LOADER_ARGS = {"num_workers": "dataloader_num_workers", "pin_memory": "dataload
                 "prefetch_factor": "dataloader_prefetch_factor", "in_order": "dataloader_in_order"}
 
 
-def balance_trainer(trainer, sampler):
+def balance_trainer(trainer, sampler, *, check_packing: bool = True):
     """Make ``trainer`` train the balanced steps of ``sampler``: its micro-batches, in its
     order, ``sampler.micro_batches`` per optimizer step, on every process.
 
@@ -56,6 +57,11 @@ def balance_trainer(trainer, sampler):
         Built from the lengths of ``trainer.train_dataset`` (as the trainer holds it, after
         any preparation of its own), with ``rank=args.process_index``,
         ``world_size=args.world_size`` and ``micro_batches=args.gradient_accumulation_steps``.
+    check_packing : bool, default True
+        When training begins, before the first step, check that the model computes a packed
+        row as each of its sequences alone (:func:`packlib.torch.check_packing`, on a few short
+        sequences of ``train_dataset`` laid out by the trainer's collator) and refuse a model
+        that leaks across them (``ValueError``); ``False`` turns the check off.
 
     Returns
     -------
@@ -121,6 +127,7 @@ def balance_trainer(trainer, sampler):
         args.max_steps = stream.total_steps  # the Trainer stops when the planned epochs end, each whole
     trainer.get_train_dataloader = lambda: _train_dataloader(trainer, stream)
     trainer.add_callback(_epoch_callback(stream))
+    add_packing_check(trainer, check_packing)  # check_packing on the model before the first step
     if callable(getattr(trainer, "packlib_balance", None)):
         trainer.packlib_balance()  # each step's loss: the mean over its pairs (examples), on every rank
     return trainer

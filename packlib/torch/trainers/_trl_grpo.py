@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from ..._compat import attn_implementation, check_versions, entropy_bonus, with_host_methods
 from .._lazy import require_torch
+from ..check._trainer import add_packing_check
 from ..collate import PackedCollator, model_inputs, shared_prompt_block_mask
 from ..logps import token_logps
 
@@ -38,9 +39,16 @@ class PackedGRPOMixin:
     cannot read a tree). Entropies are computed from the same logits, divided by the
     temperature as TRL's fused head does.
 
+    Before the first step the model is checked on a shared-prompt row
+    (:func:`packlib.torch.check_packing`); ``packlib_check_packing=False`` turns the check off.
+
     Refused (``ValueError``): images (vision-language models: use ``GRPOTrainer``), MoE
     auxiliary losses, completions whose mask is not one run of ones from their start.
     """
+
+    def __init__(self, *args, packlib_check_packing: bool = True, **kwargs):
+        super().__init__(*args, **kwargs)
+        add_packing_check(self, packlib_check_packing)
 
     def _packlib_per_token_logps(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
                                  compute_entropy=False, compute_aux_loss=False, **vision):

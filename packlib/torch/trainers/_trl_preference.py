@@ -25,6 +25,7 @@ import copy
 import inspect
 
 from ..._compat import check_versions, host_method, reference_adapter, tp_size, with_host_methods
+from ..check._trainer import add_packing_check
 from ..collate._collator import PACKED_TRAINER_FLAG, PADDED_READERS, PackedCollator
 from ..logps._logps import sequence_logps
 from ..collate._preference import model_inputs, truncation_settings
@@ -46,7 +47,7 @@ class _Packed:
     _packlib_balanced = False
     _packlib_cuts = ()  # the config's settings of TRL's truncation that a PackedCollator must share
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, packlib_check_packing: bool = True, **kwargs):
         base = _trl_base(type(self))
         bound = inspect.signature(base.__init__).bind(self, *args, **kwargs)
         if bound.arguments.get("data_collator") is None:
@@ -56,6 +57,7 @@ class _Packed:
             collator = _agreed_cuts(collator, bound.arguments.get("args"), base, self._packlib_cuts)
             bound.arguments["data_collator"] = self._packlib_collator(collator)
         super().__init__(*bound.args[1:], **bound.kwargs)
+        add_packing_check(self, packlib_check_packing)  # check_packing on the model before the first step
 
     def _packlib_default_collator(self, args, base):
         return PackedCollator()
@@ -302,7 +304,9 @@ _MIXINS = {"PackedDPOTrainer": _DPO, "PackedRewardTrainer": _Reward, "PackedKTOT
 
 _DOC = """TRL's ``{base}`` on packed rows: the same arguments, loss and defaults, with
 ``data_collator`` a :class:`packlib.torch.PackedCollator` (by default one that cuts as the
-trainer's own collator does); ``share_prompt=True`` lays each prompt out once. With
+trainer's own collator does); ``share_prompt=True`` lays each prompt out once. Before its first
+step it checks that the model keeps packed sequences apart (:func:`packlib.torch.check_packing`;
+``packlib_check_packing=False`` turns the check off). With
 :func:`packlib.torch.balance_trainer`, every step's loss is the mean over its {unit}
 (docs/preference.md, "{base}")."""
 

@@ -1,0 +1,132 @@
+"""Which models pack exactly: each architecture's packed row against its sequences alone, and
+what packlib's check says of it.
+
+    python benchmarks/bench_model_exactness.py            # the table of docs/training.md
+    python benchmarks/bench_model_exactness.py --padding  # and what unpacked rows cost
+
+Tiny random models built from configs (tests/_check_models.py: 2 layers, hidden 32, float32,
+CPU), three sequences of 11, 7 and 13 random tokens. Columns:
+
+- ``packed vs alone``: the largest |difference| of a trained token's log-probability between
+  ``PackedCollator()``'s row and each sequence run alone (``refused`` where the model's own
+  forward raises on the packed row);
+- ``check_packing``: ``exact`` when :func:`packlib.torch.check_packing` accepts the model,
+  else ``refused``; a small difference is still refused when it is large against the
+  log-probabilities' spread (a freshly initialised model's leak is small);
+- ``unpacked``: the same difference with ``PaddedCollator()`` (one right-padded row per
+  sequence), the path for the models refused;
+- ``check``: the check's wall time, and the time of one training step of the same model on
+  a micro-batch of 4 × 128 tokens (forward, backward, SGD), for scale.
+
+``--padding``: the tokens a balanced micro-batch of unpacked rows computes (sequences ×
+longest) per token it holds, on lognormal lengths (packed rows: 1.00), for the micro-batches
+packlib plans with and without a depth limit.
+"""
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+import time
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+from packlib.torch import PackedCollator, PaddedCollator, check_packing  # noqa: E402
+from packlib.torch.collate import model_inputs  # noqa: E402
+from tests import _check_models as models  # noqa: E402
+
+ROWS = list(models.CONFIGS) + ["running mean"]
+
+
+def difference(model, examples, collator) -> str:
+    """The largest |Δ log-probability| of a trained token, ``collator``'s batch vs alone."""
+    batch = collator(examples)
+    try:
+        with torch.no_grad():
+            logits = model(**model_inputs(batch)).logits.float()
+    except Exception as e:  # noqa: BLE001  (the model's own refusal, shown in the table)
+        return f"refused ({type(e).__name__})"
+    flat = torch.log_softmax(logits.reshape(-1, logits.shape[-1]), -1)
+    ids, labels = batch["input_ids"].reshape(-1), batch["labels"].reshape(-1)
+    width = batch["input_ids"].shape[-1]
+    worst = 0.0
+    rows = [e["input_ids"] for e in examples]
+    starts = np.cumsum([0] + [len(r) for r in rows])
+    for k, seq in enumerate(rows):
+        with torch.no_grad():
+            own = torch.log_softmax(model(input_ids=torch.tensor([seq]), use_cache=False).logits[0].float(), -1)
+        base = k * width if isinstance(collator, PaddedCollator) else int(starts[k])
+        for j in range(1, len(seq)):
+            if int(labels[base + j]) != -100:
+                worst = max(worst, abs(float(flat[base + j - 1, ids[base + j]] - own[j - 1, seq[j]])))
+    return f"{worst:.2g}"
+
+
+def step_time(model) -> float:
+    """One SGD step on a micro-batch of 4 sequences of 128 tokens (unpacked rows: every model
+    takes them)."""
+    rng = np.random.default_rng(1)
+    batch = PaddedCollator()([{"input_ids": rng.integers(1, models.VOCAB, n).tolist()} for n in [128] * 4])
+    copy = type(model)(model.config).train()
+    opt = torch.optim.SGD(copy.parameters(), lr=1e-3)
+    t = time.perf_counter()
+    copy(**batch).loss.backward()
+    opt.step()
+    return time.perf_counter() - t
+
+
+def table() -> None:
+    examples = models.examples()
+    print(f"{'model':30s} {'class':30s} {'packed vs alone':>18s} {'check_packing':>14s} {'unpacked':>9s} "
+          f"{'check':>8s} {'one step':>9s}")
+    for name in ROWS:
+        model = models.build(name)
+        if model is None:
+            print(f"{name:30s} (not in this transformers)")
+            continue
+        model.eval()
+        packed = difference(model, examples, PackedCollator())
+        unpacked = difference(model, examples, PaddedCollator())
+        t = time.perf_counter()
+        try:
+            check_packing(model, examples)
+            verdict = "exact"
+        except ValueError:
+            verdict = "refused"
+        checked = time.perf_counter() - t
+        label = "Llama + a running mean layer" if name == "running mean" else name
+        print(f"{label:30s} {type(model).__name__:30s} {packed:>18s} {verdict:>14s} {unpacked:>9s} "
+              f"{checked * 1e3:6.0f}ms {step_time(model) * 1e3:7.0f}ms")
+
+
+def padding() -> None:
+    import packlib
+
+    lengths = np.minimum(np.random.default_rng(0).lognormal(5.5, 0.9, 20_000).astype(np.int64) + 2, 2048)
+    print(f"\n{'L':>6s} {'max_sequences_per_pack':>23s} {'micro-batches':>14s} {'computed / trained, unpacked':>29s}")
+    for L in (2048, 4096, 8192):
+        for depth in (None, 4):
+            sampler = packlib.BalancedBatchSampler(lengths, L, depth, rank=0, world_size=1)
+            real = padded = count = 0
+            for batch in sampler:
+                n = lengths[batch]
+                real, padded, count = real + int(n.sum()), padded + int(n.max()) * n.size, count + 1
+            print(f"{L:>6,d} {str(depth):>23s} {count:>14,d} {padded / real:>29.2f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--padding", action="store_true", help="also the cost of unpacked rows")
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    print(f"transformers {__import__('transformers').__version__}, torch {torch.__version__}, float32, CPU")
+    table()
+    if args.padding:
+        padding()
+
+
+if __name__ == "__main__":
+    main()
