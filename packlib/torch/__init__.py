@@ -44,7 +44,8 @@ measured on the model).
 - ``PackedDPOTrainer``, ``PackedRewardTrainer`` and ``PackedKTOTrainer`` are TRL's
   ``DPOTrainer``, ``RewardTrainer`` and ``KTOTrainer`` on packed rows: the same arguments,
   loss code and defaults, :class:`PackedCollator` by default (built on first import, which
-  needs TRL; docs/preference.md). TRL's own classes cannot read ``PackedCollator``'s rows of pairs (they fail before a step).
+  needs TRL; docs/preference.md). TRL's own classes cannot read ``PackedCollator``'s rows of
+  pairs (they fail before a step).
 - ``PackedGRPOTrainer`` (:class:`PackedGRPOMixin`) is TRL's ``GRPOTrainer`` computing its
   log-probs on packed rows, each prompt once (docs/preference.md).
 
