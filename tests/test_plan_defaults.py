@@ -20,7 +20,7 @@ def test_each_methods_default_depth_is_its_functions(name):
     assert inspect.signature(m.function).parameters["max_sequences_per_pack"].default == m.default_depth
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=12, deadline=None)
 @given(st.lists(st.integers(1, 40), min_size=1, max_size=300), st.sampled_from(["spfhp", "lpfhp", "nnls", "optimal"]),
        st.integers(0, 2**32))
 def test_pack_by_name_equals_the_function_with_its_defaults(lengths, name, seed):
