@@ -8,6 +8,7 @@
     python benchmarks/bench_nnls_long.py --compare            # + compare(h, L) with its defaults at 2k, 8k, 32k
     python benchmarks/bench_nnls_long.py --lengths 512 4096 --n 20000   # a quick run
     python benchmarks/bench_nnls_long.py --solves --lengths 1024 2048  # the time of each NNLS solve
+    python benchmarks/bench_nnls_long.py --shape bimodal --lengths 1024 2048 --depths 3 unlimited  # held out
 
 Input at every ``L``: ``n`` = 200,000 lognormal lengths with median ``L / 4`` and sigma 0.9
 (``numpy.random.default_rng(0).lognormal(log(L / 4), 0.9, n)``), rounded and clipped to
@@ -20,6 +21,11 @@ lengths, where it runs: up to ``L = 2048``; one run, its time beside), the gap t
 runs: the machine is shared, so wall times are upper bounds and grow with its load; the CPU
 time, the process's, the memory sampler's thread included, is what a quiet machine's wall
 time would be, about) and the peak resident memory above the start of the call.
+
+``--shape`` swaps the input for a held-out shape (``SHAPES``, seed 1, the same ``n``):
+``bimodal`` (80 % short, lognormal median ``L / 16``; 20 % uniform in ``[L / 2, L]``), ``spiky``
+(half lognormal median ``L / 5``, half on six spikes from 37 to ``L``), ``long-tail`` (Pareto,
+shape 1.2, scaled by ``L / 40``).
 """
 from __future__ import annotations
 
@@ -41,6 +47,32 @@ def lognormal_histogram(L: int, n: int = 200_000, seed: int = 0) -> np.ndarray:
     """The benchmark's input (see the module docstring)."""
     x = np.random.default_rng(seed).lognormal(np.log(L / 4), 0.9, n)
     return packlib.histogram(np.clip(np.rint(x), 1, L).astype(np.int64), L)
+
+
+def _clip(x, L):
+    return np.clip(np.rint(x), 1, L).astype(np.int64)
+
+
+def _bimodal(L, n, rng):
+    k = int(0.8 * n)
+    return np.concatenate([rng.lognormal(np.log(L / 16), 0.7, k), rng.uniform(L / 2, L, n - k)])
+
+
+def _spiky(L, n, rng):
+    spikes = np.array([L, L // 2, L // 3 + 7, L // 8, 37, L - 11])
+    return np.concatenate([rng.lognormal(np.log(L / 5), 1.0, n // 2),
+                           rng.choice(spikes, n - n // 2, p=[0.1, 0.2, 0.2, 0.2, 0.2, 0.1])])
+
+
+SHAPES = {"bimodal": _bimodal, "spiky": _spiky,
+          "long-tail": lambda L, n, rng: rng.pareto(1.2, n) * L / 40 + 1}
+
+
+def shape_histogram(shape: str, L: int, n: int = 200_000) -> np.ndarray:
+    """The benchmark's input of ``shape``: ``lognormal`` (the default) or one of ``SHAPES``."""
+    if shape == "lognormal":
+        return lognormal_histogram(L, n)
+    return packlib.histogram(_clip(SHAPES[shape](L, n, np.random.default_rng(1)), L), L)
 
 
 def measured(fn):
@@ -88,11 +120,12 @@ def solve_rows(L: int, n: int):
         k += 1
 
 
-def rows(L: int, n: int, depths=(2, 3, None), repeat: int = 1, optimal: bool = False, exact: bool = True):
+def rows(L: int, n: int, depths=(2, 3, None), repeat: int = 1, optimal: bool = False, exact: bool = True,
+         shape: str = "lognormal"):
     """The table's rows at capacity ``L``: one per depth (see the module docstring)."""
     from packlib._nnls_limits import MAX_NNLS_LENGTH
 
-    h = lognormal_histogram(L, n)
+    h = shape_histogram(shape, L, n)
     for depth in depths:
         bound = packlib.lower_bound(h, L, depth).bound
         runs = [measured_cpu(lambda: packlib.nnls_pack(h, L, depth)) for _ in range(max(1, repeat))]
@@ -123,6 +156,7 @@ def main():
     ap.add_argument("--reference", action="store_true", help="also the enumerating recipe at L = 512")
     ap.add_argument("--compare", action="store_true", help="also compare(h, L) with its defaults at 2k, 8k and 32k")
     ap.add_argument("--solves", action="store_true", help="only the time of each NNLS solve (depth 3)")
+    ap.add_argument("--shape", default="lognormal", choices=["lognormal", *SHAPES], help="the lengths' shape")
     args = ap.parse_args()
     depths = [None if d == "unlimited" else int(d) for d in args.depths]
     packlib.warmup()
@@ -140,7 +174,7 @@ def main():
     if args.reference:
         print(reference_rows(512, args.n), flush=True)
     for L in args.lengths:
-        for row in rows(L, args.n, depths, args.repeat, args.optimal, not args.no_exact):
+        for row in rows(L, args.n, depths, args.repeat, args.optimal, not args.no_exact, args.shape):
             print(row, flush=True)
     if args.compare:
         print("\n| L | compare(h, L) with its defaults: rows | refused | wall time |")

@@ -48,3 +48,15 @@ def test_a_row_per_depth_with_the_exact_recipe_where_it_runs(bench):
         assert cells[4].startswith(f"{fast.num_packs - exact.num_packs:+,} (")
         assert cells[5].startswith(f"{fast.num_packs - packlib.lower_bound(h, 800, depth).bound:,} (")
     assert "| — |" in next(bench.rows(4096, 300, depths=(3,)))
+
+
+@pytest.mark.parametrize("shape", ["bimodal", "spiky", "long-tail"])
+def test_held_out_shapes_are_histograms_of_their_documented_lengths(bench, shape):
+    """``--shape``: n sequences within [1, L], the bimodal one with a fifth from L / 2."""
+    h = bench.shape_histogram(shape, 1024, 5_000)
+    assert h.size == 1024 and h.sum() == 5_000 and h.min() >= 0
+    assert np.array_equal(h, bench.shape_histogram(shape, 1024, 5_000))  # seeded
+    if shape == "bimodal":
+        assert h[511:].sum() >= 1_000 > h[511:].sum() - 50  # the long fifth, and a few long short ones
+    row = next(bench.rows(900, 2_000, depths=(3,), exact=False, shape=shape))
+    assert row.split("|")[4].strip() == f"{packlib.nnls_pack(bench.shape_histogram(shape, 900, 2_000), 900, 3).num_packs:,}"
