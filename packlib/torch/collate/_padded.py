@@ -68,9 +68,9 @@ class PaddedCollator:
         mask = np.zeros((len(rows), width), np.int64)
         for i, (tokens, labs) in enumerate(rows):
             ids[i, :tokens.size], labels[i, :tokens.size], mask[i, :tokens.size] = tokens, labs, 1
-        positions = np.broadcast_to(np.arange(width, dtype=np.int64), ids.shape)
+        positions = np.tile(np.arange(width, dtype=np.int64), (len(rows), 1))  # writable, one row or many
         out = {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask),
-               "labels": torch.from_numpy(labels), "position_ids": torch.from_numpy(np.ascontiguousarray(positions))}
+               "labels": torch.from_numpy(labels), "position_ids": torch.from_numpy(positions)}
         if self.use_cache is not None:
             out["use_cache"] = self.use_cache
         return out
