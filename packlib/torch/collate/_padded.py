@@ -26,9 +26,11 @@ class PaddedCollator:
     on the right comes after every token of a row, so a causal model computes each token as
     if its sequence were alone, recurrent layers included.
 
-    With :class:`packlib.BalancedBatchSampler` and :func:`packlib.torch.balance_trainer` a
-    micro-batch is still planned and balanced by packlib; it costs ``sequences × longest``
-    tokens instead of their sum (docs/training.md, "Which models pack exactly").
+    With :class:`packlib.BalancedBatchSampler` built with ``padded=True`` and
+    :func:`packlib.torch.balance_trainer`, micro-batches are planned for this layout and
+    balanced by packlib: sequences of similar lengths, ``sequences × longest`` tokens at most
+    ``max_sequence_length`` (docs/training.md, "Models that cannot pack: unpacked rows, still
+    balanced", with what it costs against packing).
 
     Parameters
     ----------
