@@ -24,7 +24,7 @@ longest) per token they hold, on lognormal lengths (packed rows: 1.00), and the 
 fraction on that padded work (their padded tokens over ``world_size ×`` the slowest rank's,
 summed over steps), for the micro-batches packlib plans for packing (with and without a depth
 limit) and for unpacked rows (``padded=True``, with the default window of 16 steps and with 64),
-on 1 rank × 1 micro-batch and 8 ranks × 2 (cost: tokens, the planner's default); the
+on 1 rank × 1 micro-batch, 8 ranks × 1 and 8 ranks × 2 (cost: tokens, the planner's default); the
 planning time and peak memory (tracemalloc) against the plan for packing, in the same process.
 """
 from __future__ import annotations
@@ -137,7 +137,7 @@ def padding() -> None:
     print(f"{'L':>6s} {'ranks x mb':>10s} {'plan':>29s} {'micro-batches':>14s} {'computed / trained':>19s} "
           f"{'busy fraction':>14s} {'plan time':>10s} {'peak memory':>12s}")
     for L in (2048, 4096, 8192):
-        for W, M in ((1, 1), (8, 2)):
+        for W, M in ((1, 1), (8, 1), (8, 2)):
             base = None
             for label, depth, padded, window in plans:
                 tracemalloc.start()
