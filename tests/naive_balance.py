@@ -111,3 +111,15 @@ def padded_rank_costs(steps, lengths, a, b):
     """Like :func:`rank_costs`, each micro-batch costing ``sequences x`` the cost of its longest."""
     return [[sum(len(mb) * sequence_cost(max(lengths[i] for i in mb), a, b) for mb in rank if mb) for rank in step]
             for step in steps]
+
+
+def padded_micro_batch_balance(steps, lengths, a, b):
+    """Like :func:`micro_batch_balance`, each micro-batch costing ``sequences x`` the cost of its longest."""
+    total, worst = 0.0, 0.0
+    for step in steps:
+        for m in range(len(step[0])):
+            costs = [len(rank[m]) * sequence_cost(max(lengths[i] for i in rank[m]), a, b) if rank[m] else 0.0
+                     for rank in step]
+            total += sum(costs)
+            worst += max(costs)
+    return total / (len(steps[0]) * worst) if worst else 1.0

@@ -38,6 +38,8 @@ def check_padded(s, lengths, L, depth, W, M, drop_last, b):
     want = naive.padded_rank_costs(steps, lengths.tolist(), 1.0, b)
     assert np.allclose(s.cost, np.array(want).reshape(s.cost.shape), rtol=1e-9)
     assert s.balance == pytest.approx(naive.balance(want), rel=1e-9)
+    assert s.micro_batch_balance == pytest.approx(naive.padded_micro_batch_balance(steps, lengths.tolist(), 1.0, b),
+                                                  rel=1e-9)
     if drop_last:  # whole micro-batches left out, fewer than a step's
         assert len(naive.padded_micro_batches(lengths[s.dropped].tolist(), L, depth)) < W * M
     else:
@@ -87,6 +89,15 @@ def test_one_window_is_the_reference_cut_of_its_lengths():
     got = sorted(sorted(lengths[mb].tolist()) for mb in micro_batches(s) if mb.size)
     want = sorted(sorted(mb) for mb in naive.padded_micro_batches(lengths.tolist(), 256))
     assert got == want
+
+
+def test_extra_costs_add_to_the_padded_costs():
+    lengths = np.random.default_rng(5).integers(1, 100, 200)
+    extra = np.random.default_rng(6).uniform(0, 50, 200)
+    s = packlib.balance(lengths, 128, world_size=2, micro_batches=2, cost=(1.0, 0.01), extra_costs=extra, padded=True)
+    padded = naive.padded_rank_costs(steps_of(s), lengths.tolist(), 1.0, 0.01)
+    extras = [[sum(extra[i] for mb in rank for i in mb) for rank in step] for step in steps_of(s)]
+    assert np.allclose(s.cost, np.add(padded, extras), rtol=1e-9)
 
 
 def _lognormal(n=20_000):
