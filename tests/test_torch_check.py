@@ -326,3 +326,18 @@ def test_two_ranks_agree_on_the_check(tmp_path):
         assert "does not keep packed sequences apart" in s["leaking"]["refused"] and not s["leaking"]["changed"]
         assert s["exact"]["steps"] > 0 and s["exact"]["changed"]
     assert np.isclose(seen[0]["exact"]["params"], seen[1]["exact"]["params"], rtol=0, atol=1e-9)
+
+
+def test_the_benchmark_s_padding_figures_are_the_schedule_s():
+    """benchmarks/bench_model_exactness.py --padding-only: its tokens computed per token trained and
+    busy fraction are the padded schedule's own (cost: tokens), and larger for a plan for packing."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_model_exactness", ROOT / "benchmarks" / "bench_model_exactness.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    lengths = np.random.default_rng(2).integers(1, 300, 2000)
+    s = packlib.balance(lengths, 512, world_size=4, micro_batches=2, padded=True)
+    ratio, busy = bench.padded_figures(s, lengths)
+    assert ratio == pytest.approx(s.computed_tokens / s.packs.num_tokens) and busy == pytest.approx(s.balance)
+    assert bench.padded_figures(packlib.balance(lengths, 512, world_size=4, micro_batches=2), lengths)[0] > ratio
