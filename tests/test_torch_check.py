@@ -325,7 +325,31 @@ def test_two_ranks_agree_on_the_check(tmp_path):
     for s in seen:
         assert "does not keep packed sequences apart" in s["leaking"]["refused"] and not s["leaking"]["changed"]
         assert s["exact"]["steps"] > 0 and s["exact"]["changed"]
+        assert s["unpacked"]["steps"] > 0 and s["unpacked"]["changed"]
     assert np.isclose(seen[0]["exact"]["params"], seen[1]["exact"]["params"], rtol=0, atol=1e-9)
+    _the_unpacked_ranks_train_each_sequence_alone(tmp_path)
+
+
+def _the_unpacked_ranks_train_each_sequence_alone(tmp_path):
+    """The leaking model trained unpacked on two ranks (PaddedCollator, padded=True): both ranks'
+    parameters equal SGD on each planned step's token-mean loss over both ranks' sequences, each
+    run alone (tests/naive_training.py)."""
+    from tests import _check_worker as worker
+    from tests import _trainer_worker as base
+    from tests import naive_training as ref
+
+    lengths, ids, labels = base.samples()
+    schedule = packlib.BalancedBatchSampler(lengths, **worker.unpacked_settings(0)).schedule
+    per_step = schedule.world_size * schedule.micro_batches
+    o, ix = schedule.packs.offsets, schedule.packs.indices
+    steps = [[(ids[i], ref.trained_tokens(len(ids[i]), labels=labels[i]), labels[i])
+              for k in range(st * per_step, (st + 1) * per_step) for i in ix[o[k]:o[k + 1]]]
+             for st in range(schedule.num_steps)]
+    model = models.running_mean_llama(vocab=base.VOCAB)
+    ref.train_steps(model, torch.optim.SGD(model.parameters(), lr=1e-2), steps)
+    for rank in range(2):
+        trained = torch.load(tmp_path / f"params-unpacked-{rank}.pt")
+        assert max(float((a - b).abs().max()) for a, b in zip(trained, _params(model))) < 2e-6
 
 
 def test_the_benchmark_s_padding_figures_are_the_schedule_s():
