@@ -22,7 +22,8 @@ CPU), three sequences of 11, 7 and 13 random tokens. Columns:
 ``--padding``: the tokens balanced micro-batches of unpacked rows compute (sequences ×
 longest) per token they hold, on lognormal lengths (packed rows: 1.00), and the ranks' busy
 fraction on that padded work (their padded tokens over ``world_size ×`` the slowest rank's,
-summed over steps), for the micro-batches packlib plans for packing (with and without a depth
+summed over steps) and the largest micro-batch's padded tokens over ``max_sequence_length`` (its
+memory), for the micro-batches packlib plans for packing (with and without a depth
 limit) and for unpacked rows (``padded=True``, with the default window of 16 steps and with 64),
 on 1 rank × 1 micro-batch, 8 ranks × 1 and 8 ranks × 2 (cost: tokens, the planner's default); the
 planning time and peak memory (tracemalloc) against the plan for packing, in the same process.
@@ -107,11 +108,12 @@ def table() -> None:
               f"{checked * 1e3:6.0f}ms {step_time(model) * 1e3:7.0f}ms")
 
 
-def padded_figures(schedule, lengths) -> tuple[float, float]:
-    """``(tokens computed / tokens trained, busy fraction)`` of ``schedule``'s micro-batches laid
-    out as unpacked rows (``sequences x longest`` tokens each, the cost the ranks then run):
-    the busy fraction is the ranks' padded tokens over ``world_size x`` the slowest rank's, summed
-    over steps."""
+def padded_figures(schedule, lengths) -> tuple[float, float, float]:
+    """``(tokens computed / tokens trained, busy fraction, largest micro-batch)`` of ``schedule``'s
+    micro-batches laid out as unpacked rows (``sequences x longest`` tokens each, the cost the
+    ranks then run): the busy fraction is the ranks' padded tokens over ``world_size x`` the
+    slowest rank's, summed over steps; the largest micro-batch's tokens are in units of
+    ``max_sequence_length`` (its memory)."""
     o, ix = schedule.packs.offsets, schedule.packs.indices
     sizes = np.diff(o)
     full = sizes > 0
@@ -119,7 +121,7 @@ def padded_figures(schedule, lengths) -> tuple[float, float]:
     per_pack[full] = sizes[full] * np.maximum.reduceat(lengths[ix], o[:-1][full])
     per_rank = per_pack.reshape(schedule.num_steps, schedule.world_size, -1).sum(axis=2)
     busy = per_rank.sum() / (schedule.world_size * per_rank.max(axis=1).sum())
-    return per_pack.sum() / lengths[ix].sum(), busy
+    return per_pack.sum() / lengths[ix].sum(), busy, per_pack.max() / schedule.max_sequence_length
 
 
 def padding() -> None:
@@ -135,7 +137,7 @@ def padding() -> None:
     print(f"\n{len(lengths):,} lognormal lengths (median {int(np.median(lengths))}, mean {lengths.mean():.0f}, "
           f"longest {lengths.max():,}); PaddedCollator rows; planning time and peak memory against the packing plan")
     print(f"{'L':>6s} {'ranks x mb':>10s} {'plan':>29s} {'micro-batches':>14s} {'computed / trained':>19s} "
-          f"{'busy fraction':>14s} {'plan time':>10s} {'peak memory':>12s}")
+          f"{'busy fraction':>14s} {'largest / L':>12s} {'plan time':>10s} {'peak memory':>12s}")
     for L in (2048, 4096, 8192):
         for W, M in ((1, 1), (8, 1), (8, 2)):
             base = None
@@ -147,9 +149,9 @@ def padding() -> None:
                 peak = tracemalloc.get_traced_memory()[1]
                 tracemalloc.stop()
                 base = base or (t, peak)
-                ratio, busy = padded_figures(s, lengths)
+                ratio, busy, largest = padded_figures(s, lengths)
                 print(f"{L:>6,d} {f'{W} x {M}':>10s} {label:>29s} {s.packs.num_packs:>14,d} {ratio:>19.3f} "
-                      f"{busy:>14.4f} {t / base[0]:>9.2f}x {peak / base[1]:>11.2f}x")
+                      f"{busy:>14.4f} {largest:>12.2f} {t / base[0]:>9.2f}x {peak / base[1]:>11.2f}x")
 
 
 def main() -> None:
