@@ -3,6 +3,7 @@ what packlib's check says of it.
 
     python benchmarks/bench_model_exactness.py            # the table of docs/training.md
     python benchmarks/bench_model_exactness.py --padding  # and what unpacked rows cost
+    python benchmarks/bench_model_exactness.py --padding-only  # that alone
 
 Tiny random models built from configs (tests/_check_models.py: 2 layers, hidden 32, float32,
 CPU), three sequences of 11, 7 and 13 random tokens. Columns:
@@ -18,9 +19,14 @@ CPU), three sequences of 11, 7 and 13 random tokens. Columns:
 - ``check``: the check's wall time, and the time of one training step of the same model on
   a micro-batch of 4 × 128 tokens (forward, backward, SGD), for scale.
 
-``--padding``: the tokens a balanced micro-batch of unpacked rows computes (sequences ×
-longest) per token it holds, on lognormal lengths (packed rows: 1.00), for the micro-batches
-packlib plans with and without a depth limit.
+``--padding``: the tokens balanced micro-batches of unpacked rows compute (sequences ×
+longest) per token they hold, on lognormal lengths (packed rows: 1.00), and the ranks' busy
+fraction on that padded work (their padded tokens over ``world_size ×`` the slowest rank's,
+summed over steps) and the largest micro-batch's padded tokens over ``max_sequence_length`` (its
+memory), for the micro-batches packlib plans for packing (with and without a depth
+limit) and for unpacked rows (``padded=True``, with the default window of 16 steps and with 64),
+on 1 rank × 1 micro-batch, 8 ranks × 1 and 8 ranks × 2 (cost: tokens, the planner's default); the
+planning time and peak memory (tracemalloc) against the plan for packing, in the same process.
 """
 from __future__ import annotations
 
@@ -102,29 +108,62 @@ def table() -> None:
               f"{checked * 1e3:6.0f}ms {step_time(model) * 1e3:7.0f}ms")
 
 
+def padded_figures(schedule, lengths) -> tuple[float, float, float]:
+    """``(tokens computed / tokens trained, busy fraction, largest micro-batch)`` of ``schedule``'s
+    micro-batches laid out as unpacked rows (``sequences x longest`` tokens each, the cost the
+    ranks then run): the busy fraction is the ranks' padded tokens over ``world_size x`` the
+    slowest rank's, summed over steps; the largest micro-batch's tokens are in units of
+    ``max_sequence_length`` (its memory)."""
+    o, ix = schedule.packs.offsets, schedule.packs.indices
+    sizes = np.diff(o)
+    full = sizes > 0
+    per_pack = np.zeros(sizes.size)
+    per_pack[full] = sizes[full] * np.maximum.reduceat(lengths[ix], o[:-1][full])
+    per_rank = per_pack.reshape(schedule.num_steps, schedule.world_size, -1).sum(axis=2)
+    busy = per_rank.sum() / (schedule.world_size * per_rank.max(axis=1).sum())
+    return per_pack.sum() / lengths[ix].sum(), busy, per_pack.max() / schedule.max_sequence_length
+
+
 def padding() -> None:
+    import tracemalloc
+
     import packlib
 
     lengths = np.minimum(np.random.default_rng(0).lognormal(5.5, 0.9, 20_000).astype(np.int64) + 2, 2048)
-    print(f"\n{'L':>6s} {'max_sequences_per_pack':>23s} {'micro-batches':>14s} {'computed / trained, unpacked':>29s}")
+    plans = [("planned for packing", None, False, 16), ("planned for packing, depth 4", 4, False, 16),
+             ("padded=True", None, True, 16), ("padded=True, window=64", None, True, 64)]
+    for _, depth, padded, window in plans:  # compiled before anything is timed
+        packlib.balance(lengths[:2000], 2048, depth, world_size=2, window=window, padded=padded)
+    print(f"\n{len(lengths):,} lognormal lengths (median {int(np.median(lengths))}, mean {lengths.mean():.0f}, "
+          f"longest {lengths.max():,}); PaddedCollator rows; planning time and peak memory against the packing plan")
+    print(f"{'L':>6s} {'ranks x mb':>10s} {'plan':>29s} {'micro-batches':>14s} {'computed / trained':>19s} "
+          f"{'busy fraction':>14s} {'largest / L':>12s} {'plan time':>10s} {'peak memory':>12s}")
     for L in (2048, 4096, 8192):
-        for depth in (None, 4):
-            sampler = packlib.BalancedBatchSampler(lengths, L, depth, rank=0, world_size=1)
-            real = padded = count = 0
-            for batch in sampler:
-                n = lengths[batch]
-                real, padded, count = real + int(n.sum()), padded + int(n.max()) * n.size, count + 1
-            print(f"{L:>6,d} {str(depth):>23s} {count:>14,d} {padded / real:>29.2f}")
+        for W, M in ((1, 1), (8, 1), (8, 2)):
+            base = None
+            for label, depth, padded, window in plans:
+                tracemalloc.start()
+                t = time.perf_counter()
+                s = packlib.balance(lengths, L, depth, world_size=W, micro_batches=M, window=window, padded=padded)
+                t = time.perf_counter() - t
+                peak = tracemalloc.get_traced_memory()[1]
+                tracemalloc.stop()
+                base = base or (t, peak)
+                ratio, busy, largest = padded_figures(s, lengths)
+                print(f"{L:>6,d} {f'{W} x {M}':>10s} {label:>29s} {s.packs.num_packs:>14,d} {ratio:>19.3f} "
+                      f"{busy:>14.4f} {largest:>12.2f} {t / base[0]:>9.2f}x {peak / base[1]:>11.2f}x")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--padding", action="store_true", help="also the cost of unpacked rows")
+    parser.add_argument("--padding-only", action="store_true", help="only the cost of unpacked rows")
     args = parser.parse_args()
     torch.manual_seed(0)
-    print(f"transformers {__import__('transformers').__version__}, torch {torch.__version__}, float32, CPU")
-    table()
-    if args.padding:
+    if not args.padding_only:
+        print(f"transformers {__import__('transformers').__version__}, torch {torch.__version__}, float32, CPU")
+        table()
+    if args.padding or args.padding_only:
         padding()
 
 

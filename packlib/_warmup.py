@@ -42,7 +42,8 @@ def warmup(verbose: bool = False, *, processes: int = 1) -> float:
       small sizes and, on two threads, for large ones), and :func:`~packlib.blend_exhaustive`;
     - bucketing: :func:`~packlib.bucket` (by batch size and by token budget, shuffled),
       :class:`~packlib.BucketedReadaheadBatchIterator` and :func:`~packlib.pack_stream`;
-    - compute-balanced steps: :func:`~packlib.balance` (with and without a depth limit);
+    - compute-balanced steps: :func:`~packlib.balance` (with and without a depth limit, and
+      padded);
     - formats: the TFRecord framing and CRC-32C kernels, ``tf.train.Example`` encoding and
       decoding, and MLPerf BERT packing and unpacking (all in memory, no files), and, when
       ``pyarrow`` is installed, Arrow table packing (:mod:`packlib.formats.arrow`);
@@ -165,6 +166,7 @@ def _balancing():
     lengths = np.tile(_LENGTHS, 8)
     balance(lengths, _L, world_size=2, micro_batches=2, cost=(1.0, 0.01), window=2)
     balance(lengths, _L, 3, world_size=2, micro_batches=1, drop_last=False)
+    balance(lengths, _L, world_size=2, micro_batches=2, window=2, padded=True)
     round_robin(lengths, _L, world_size=2, micro_batches=2)
 
 

@@ -62,3 +62,64 @@ def least_squares_cost_constant(rows, seconds):
 
     d = det(m)
     return tuple(det([[v[i] if j == k else m[i][j] for j in range(3)] for i in range(3)]) / d for k in range(3))
+
+
+def padded_micro_batches(lengths, max_sequence_length, depth=None):
+    """Lengths cut into micro-batches of unpacked, right-padded rows: sorted longest first,
+    each micro-batch opens at the longest length left and takes the next ones while
+    ``sequences x longest <= max_sequence_length`` (and ``sequences <= depth``)."""
+    rest = sorted(lengths, reverse=True)
+    out = []
+    while rest:
+        take = max_sequence_length // rest[0]
+        if depth is not None:
+            take = min(take, depth)
+        out.append(rest[:take])
+        rest = rest[take:]
+    return out
+
+
+def fewest_padded_micro_batches(lengths, max_sequence_length, depth=None):
+    """The fewest micro-batches any partition of ``lengths`` needs (``sequences x longest <=
+    max_sequence_length``, ``sequences <= depth``): every partition tried (a few lengths)."""
+    best = len(lengths)
+
+    def fits(group):
+        return len(group) * max(group) <= max_sequence_length and (depth is None or len(group) <= depth)
+
+    def place(i, groups):
+        nonlocal best
+        if len(groups) >= best:
+            return
+        if i == len(lengths):
+            best = len(groups)
+            return
+        for g in groups:
+            g.append(lengths[i])
+            if fits(g):
+                place(i + 1, groups)
+            g.pop()
+        groups.append([lengths[i]])
+        place(i + 1, groups)
+        groups.pop()
+
+    place(0, [])
+    return best
+
+
+def padded_rank_costs(steps, lengths, a, b):
+    """Like :func:`rank_costs`, each micro-batch costing ``sequences x`` the cost of its longest."""
+    return [[sum(len(mb) * sequence_cost(max(lengths[i] for i in mb), a, b) for mb in rank if mb) for rank in step]
+            for step in steps]
+
+
+def padded_micro_batch_balance(steps, lengths, a, b):
+    """Like :func:`micro_batch_balance`, each micro-batch costing ``sequences x`` the cost of its longest."""
+    total, worst = 0.0, 0.0
+    for step in steps:
+        for m in range(len(step[0])):
+            costs = [len(rank[m]) * sequence_cost(max(lengths[i] for i in rank[m]), a, b) if rank[m] else 0.0
+                     for rank in step]
+            total += sum(costs)
+            worst += max(costs)
+    return total / (len(steps[0]) * worst) if worst else 1.0

@@ -159,10 +159,20 @@ def test_padded_collator_lays_each_sequence_out_alone():
     assert batch["labels"].tolist() == [[-100, 6, 7], [-100, 9, -100], [-100, 11, -100]]
     assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 1, 0], [1, 1, 0]]
     assert batch["use_cache"] is False and "PaddedCollator(pad_token_id=3" in repr(PaddedCollator(pad_token_id=3))
+    assert batch["position_ids"].tolist() == [[0, 1, 2]] * 3
     with pytest.raises(ValueError, match="preference pair"):
         PaddedCollator()([{"prompt_ids": [1], "chosen_ids": [2], "rejected_ids": [3]}])
     with pytest.raises(ValueError, match="non-empty list"):
         PaddedCollator()([])
+
+
+def test_padded_collator_lays_one_sequence_out_on_writable_arrays():
+    """A micro-batch of one sequence (frequent with padded=True: long sequences): no tensor over a
+    read-only array (torch warns of it once per process, so in a fresh one, warnings as errors)."""
+    code = "from packlib.torch import PaddedCollator; PaddedCollator()([{'input_ids': [5, 6, 7]}])"
+    proc = subprocess.run([sys.executable, "-W", "error", "-c", code], cwd=ROOT, capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
 
 
 # ------------------------------------------------------------------------ the trainers
@@ -193,14 +203,14 @@ def test_the_trainers_check_reads_a_few_short_sequences_of_its_data():
     assert isinstance(_trainer._layout(t, llama, seqs(pairs)[0])[1], PaddedCollator)
 
 
-def _balanced(model, tmp_path, collator=None, **kw):
+def _balanced(model, tmp_path, collator=None, padded=False, **kw):
     from tests import _trainer_worker as worker
 
     lengths, ids, labels = worker.samples()
     datasets = pytest.importorskip("datasets")
     args = worker.trainer_args(tmp_path, num_train_epochs=1)
     args.world_size  # noqa: B018  (resolves the process layout)
-    sampler = packlib.BalancedBatchSampler(lengths, 64, rank=0, world_size=1, micro_batches=2)
+    sampler = packlib.BalancedBatchSampler(lengths, 64, rank=0, world_size=1, micro_batches=2, padded=padded)
     trainer = transformers.Trainer(model=model, args=args, data_collator=collator or PackedCollator(),
                                    train_dataset=datasets.Dataset.from_dict({"input_ids": ids, "labels": labels}))
     return balance_trainer(trainer, sampler, **kw)
@@ -223,14 +233,39 @@ def test_balance_trainer_refuses_a_leaking_model_before_any_step(tmp_path):
     assert trainer.state.global_step > 0
 
 
-def test_balance_trainer_trains_a_recurrent_model_unpacked(tmp_path):
-    pytest.importorskip("accelerate")
+def _mamba2(seed=0):
+    torch.manual_seed(seed)
     config = transformers.Mamba2Config(**dict(models.CONFIGS["Mamba2"][1], vocab_size=64))
-    with pytest.raises(ValueError, match="Mamba2ForCausalLM does not keep packed sequences apart"):
-        _balanced(transformers.Mamba2ForCausalLM(config), tmp_path).train()
-    trainer = _balanced(transformers.Mamba2ForCausalLM(config), tmp_path / "padded", collator=PaddedCollator())
+    return transformers.Mamba2ForCausalLM(config)
+
+
+def test_balance_trainer_trains_a_recurrent_model_unpacked_as_each_sequence_alone(tmp_path):
+    """Mamba2, refused packed (naming the recipe), trained by balance_trainer on PaddedCollator
+    rows of a padded sampler: the parameters equal SGD on each planned step's token-mean loss
+    over its sequences run alone (tests/naive_training.py). A sampler planned for packing is
+    warned about."""
+    pytest.importorskip("accelerate")
+    from tests import _trainer_worker as worker
+    from tests import naive_training as ref
+
+    with pytest.raises(ValueError, match=r"Mamba2ForCausalLM does not keep packed sequences apart.*PaddedCollator\(\) "
+                                         r".*padded=True"):
+        _balanced(_mamba2(), tmp_path).train()
+    with pytest.warns(UserWarning, match="build the sampler with padded=True"):
+        _balanced(_mamba2(), tmp_path / "unplanned", collator=PaddedCollator())
+    trainer = _balanced(_mamba2(), tmp_path / "padded", collator=PaddedCollator(), padded=True)
     trainer.train()
-    assert trainer.state.global_step > 0
+    lengths, ids, labels = worker.samples()
+    schedule = packlib.balance(lengths, 64, world_size=1, micro_batches=2, padded=True)
+    assert trainer.state.global_step == schedule.num_steps
+    steps = [[(ids[i], ref.trained_tokens(len(ids[i]), labels=labels[i]), labels[i]) for mb in step for i in mb]
+             for step in schedule.rank(0)]
+    assert max(len(mb) for step in schedule.rank(0) for mb in step) > 1, "micro-batches of several rows"
+    m = _mamba2()
+    ref.train_steps(m, torch.optim.SGD(m.parameters(), lr=1e-2), steps)
+    worst = max(float((a - b).abs().max()) for a, b in zip(_params(trainer.model), _params(m)))
+    assert worst < 2e-6
+    assert max(float((a - b).abs().max()) for a, b in zip(_params(_mamba2()), _params(m))) > 1e-4  # it trained
 
 
 def test_packed_dpo_trainer_refuses_a_leaking_model_before_any_step(tmp_path):
@@ -290,4 +325,45 @@ def test_two_ranks_agree_on_the_check(tmp_path):
     for s in seen:
         assert "does not keep packed sequences apart" in s["leaking"]["refused"] and not s["leaking"]["changed"]
         assert s["exact"]["steps"] > 0 and s["exact"]["changed"]
+        assert s["unpacked"]["steps"] > 0 and s["unpacked"]["changed"]
     assert np.isclose(seen[0]["exact"]["params"], seen[1]["exact"]["params"], rtol=0, atol=1e-9)
+    _the_unpacked_ranks_train_each_sequence_alone(tmp_path)
+
+
+def _the_unpacked_ranks_train_each_sequence_alone(tmp_path):
+    """The leaking model trained unpacked on two ranks (PaddedCollator, padded=True): both ranks'
+    parameters equal SGD on each planned step's token-mean loss over both ranks' sequences, each
+    run alone (tests/naive_training.py)."""
+    from tests import _check_worker as worker
+    from tests import _trainer_worker as base
+    from tests import naive_training as ref
+
+    lengths, ids, labels = base.samples()
+    schedule = packlib.BalancedBatchSampler(lengths, **worker.unpacked_settings(0)).schedule
+    per_step = schedule.world_size * schedule.micro_batches
+    o, ix = schedule.packs.offsets, schedule.packs.indices
+    steps = [[(ids[i], ref.trained_tokens(len(ids[i]), labels=labels[i]), labels[i])
+              for k in range(st * per_step, (st + 1) * per_step) for i in ix[o[k]:o[k + 1]]]
+             for st in range(schedule.num_steps)]
+    model = models.running_mean_llama(vocab=base.VOCAB)
+    ref.train_steps(model, torch.optim.SGD(model.parameters(), lr=1e-2), steps)
+    for rank in range(2):
+        trained = torch.load(tmp_path / f"params-unpacked-{rank}.pt")
+        assert max(float((a - b).abs().max()) for a, b in zip(trained, _params(model))) < 2e-6
+
+
+def test_the_benchmark_s_padding_figures_are_the_schedule_s():
+    """benchmarks/bench_model_exactness.py --padding-only: its tokens computed per token trained and
+    busy fraction are the padded schedule's own (cost: tokens), and larger for a plan for packing."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_model_exactness", ROOT / "benchmarks" / "bench_model_exactness.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    lengths = np.random.default_rng(2).integers(1, 300, 2000)
+    s = packlib.balance(lengths, 512, world_size=4, micro_batches=2, padded=True)
+    ratio, busy, largest = bench.padded_figures(s, lengths)
+    assert ratio == pytest.approx(s.computed_tokens / s.packs.num_tokens) and busy == pytest.approx(s.balance)
+    assert largest <= 1
+    packed = bench.padded_figures(packlib.balance(lengths, 512, world_size=4, micro_batches=2), lengths)
+    assert packed[0] > ratio and packed[2] > 1

@@ -30,6 +30,11 @@ number of tokens), and the epoch's random order is kept up to a window of steps:
 Every rank computes the same :class:`Schedule` from the same lengths, seed and epoch, in
 any process, on any machine, without communicating.
 
+``padded=True`` plans for unpacked rows instead (``packlib.torch.PaddedCollator``, for models
+that cannot pack): each window's samples sorted by length and cut into micro-batches of
+similar lengths, ``sequences x longest <= max_sequence_length`` each, balanced by their padded
+cost (:mod:`packlib.balancing._padded`).
+
 >>> import numpy as np, packlib
 >>> lengths = np.clip(np.random.default_rng(0).lognormal(5.5, 1.0, 4000).astype(int), 1, 2048)
 >>> s = packlib.balance(lengths, 2048, world_size=4, micro_batches=2, cost=packlib.transformer_cost(1024))

@@ -7,6 +7,7 @@ import numpy as np
 
 from .._packs import Packs
 from .._validate import readonly
+from ._padded import run_padded
 from ._schedule import Schedule
 from ._settings import DEFAULT_WINDOW, BalanceSettings, balance_settings, epoch_seed, item_costs
 
@@ -23,7 +24,7 @@ _SLACK = 512
 
 def balance(lengths, max_sequence_length, max_sequences_per_pack=None, *, world_size, micro_batches=1,
             cost=(1.0, 0.0), window=DEFAULT_WINDOW, seed=0, epoch=0, drop_last=True,
-            shared_prompt_lengths=None, extra_costs=None) -> Schedule:
+            shared_prompt_lengths=None, extra_costs=None, padded=False) -> Schedule:
     """Plan one epoch as compute-balanced steps (see the module docs).
 
     Parameters
@@ -63,6 +64,14 @@ def balance(lengths, max_sequence_length, max_sequences_per_pack=None, *, world_
         Each sample's cost besides its tokens' (in the unit of ``cost``), shape ``(n,)``:
         the vision encoder's work on its images (:func:`vision_cost`), say. A sample then
         costs ``a * l + b * l**2 + extra_costs[i]``.
+    padded : bool, default False
+        Plan micro-batches of unpacked sequences, one right-padded row each
+        (:class:`packlib.torch.PaddedCollator`, for models that cannot pack): a micro-batch
+        of ``n`` sequences whose longest has ``m`` tokens lays out ``n * m`` tokens, at most
+        ``max_sequence_length``, and costs ``n * (a * m + b * m**2)``; each window's samples
+        are sorted by length and cut into micro-batches of similar lengths, which are then
+        balanced across ranks by that cost (``Schedule.computed_tokens`` counts the padding).
+        1-D ``lengths`` only (no groups or shared prompts).
 
     Returns
     -------
@@ -82,7 +91,7 @@ def balance(lengths, max_sequence_length, max_sequences_per_pack=None, *, world_
     settings = balance_settings(lengths, max_sequence_length, max_sequences_per_pack, world_size=world_size,
                                 micro_batches=micro_batches, cost=cost, window=window, seed=seed, epoch=epoch,
                                 drop_last=drop_last, shared_prompt_lengths=shared_prompt_lengths,
-                                extra_costs=extra_costs)
+                                extra_costs=extra_costs, padded=padded)
     return plan(settings)
 
 
@@ -94,6 +103,9 @@ def plan(s: BalanceSettings) -> Schedule:
     costs = item_costs(s)
     planner = _Planner(s.lengths, costs, s.max_sequence_length, s.max_sequences_per_pack, s.world_size,
                        s.micro_batches, s.window, s.seed, s.epoch)
+    if s.padded:
+        shares = run_padded(planner, order, s.drop_last, s.cost, s.extra_costs)
+        return planner.schedule(s.cost, s.drop_last, readonly(shares), padded=True)
     planner.run(order, s.drop_last)
     plain = s.group_lengths is None and s.extra_costs is None
     return planner.schedule(s.cost, s.drop_last, None if plain else readonly(costs))
@@ -136,9 +148,6 @@ class _Planner:
     def window_steps(self, ids, n_rows, last, drop_last, w):
         """Pack the window's samples into ``n_rows`` rows, balance its steps and append
         them; returns the samples left for the next window."""
-        from .._kernels.balance import balance_window, shuffled_balanced_order
-        from .._kernels.rng import stream_seed
-
         lens = self.lens[ids]
         L = max(1, min(self.L, int(lens.sum())))
         depth = self.L if self.depth is None else self.depth  # the kernels' "no limit": L
@@ -159,23 +168,36 @@ class _Planner:
         if n_rows == 0:
             return carry_ids
         offsets, it = keep  # it: window positions of the kept items, in row order
-        # window w's own generator: ties, rank labels, round and step order, sequences in rows
-        state = np.array([stream_seed(epoch_seed(self.seed, self.epoch), 1 + w)], np.uint64)
-        slot_off, slot_items, rank_cost = balance_window(offsets, lens[it], self.costs[ids[it]], n_rows, self.W,
-                                                         self.M, self.L, depth,
-                                                         min(_ROUNDS_PER_RANK * self.W, _MAX_ROUNDS), state)
+        self.steps(ids[it], offsets, lens[it], self.costs[ids[it]], n_rows, min(_ROUNDS_PER_RANK * self.W, _MAX_ROUNDS),
+                   self.window_state(w))
+        return carry_ids
+
+    def window_state(self, w):
+        """Window ``w``'s own generator: ties, rank labels, round and step order, sequences in rows."""
+        from .._kernels.rng import stream_seed
+
+        return np.array([stream_seed(epoch_seed(self.seed, self.epoch), 1 + w)], np.uint64)
+
+    def steps(self, item_ids, offsets, lens, costs, n_rows, rounds, state):
+        """Deal a window's rows (CSR ``offsets`` over its items, in row order) to the steps and
+        ranks of ``n_rows`` rows, with ``rounds`` exchanges per step, and append the steps."""
+        from .._kernels.balance import balance_window, shuffled_balanced_order
+
+        depth = self.L if self.depth is None else self.depth
+        step_rows = self.W * self.M
+        slot_off, slot_items, rank_cost = balance_window(offsets, lens, costs, n_rows, self.W, self.M, self.L, depth,
+                                                         rounds, state)
         steps = n_rows // step_rows
         # the window's steps in a random order in which every run of them keeps the epoch's
         # mean sequence length (steps of long and of short sequences alternate, drawn at
         # random from each side): any part of the epoch keeps the epoch's mean, though the
         # window sorted its rows by cost
         counts = np.diff(slot_off).reshape(steps, step_rows).sum(axis=1)
-        csum = np.concatenate(([0], np.cumsum(lens[it][slot_items])))
+        csum = np.concatenate(([0], np.cumsum(lens[slot_items])))
         tokens = csum[slot_off[1:]] - csum[slot_off[:-1]]
         perm, self.deviation = shuffled_balanced_order(counts, tokens.reshape(steps, step_rows).sum(axis=1),
                                                        self.mean_length, self.deviation, state)
-        self._append(ids[it], slot_off, slot_items, rank_cost, perm, step_rows)
-        return carry_ids
+        self._append(item_ids, slot_off, slot_items, rank_cost, perm, step_rows)
 
     def _append(self, item_ids, slot_off, slot_items, rank_cost, perm, step_rows):
         from .._kernels.csr import csr_take
@@ -187,7 +209,7 @@ class _Planner:
         self.n_items += ix.size
         self.rank_cost.append(rank_cost[perm])
 
-    def schedule(self, cost, drop_last, sample_costs=None) -> Schedule:
+    def schedule(self, cost, drop_last, sample_costs=None, padded=False) -> Schedule:
         offsets = np.concatenate(self.offsets)
         items = np.concatenate(self.items) if self.items else np.zeros(0, np.int64)
         packs = Packs._unchecked(offsets, items, self.lens[items], self.L, self.depth)
@@ -198,7 +220,7 @@ class _Planner:
                              "micro-batches; pass drop_last=False, or use fewer ranks or micro-batches")
         return Schedule(packs, packs.num_packs // (self.W * self.M), self.W, self.M, readonly(dropped),
                         readonly(rank_cost), self.L, self.depth, tuple(cost), self.seed, self.epoch, self.window,
-                        sample_costs)
+                        sample_costs, padded)
 
 
 def _spread_pack(lens, L, depth, n_rows, guess, check):

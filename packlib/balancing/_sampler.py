@@ -64,6 +64,10 @@ class BalancedBatchSampler:
     extra_costs : array_like of float, optional
         As for :func:`packlib.balance`: each sample's cost besides its tokens' (its images'
         vision-encoder cost, :func:`packlib.vision_cost`).
+    padded : bool, default False
+        As for :func:`packlib.balance`: micro-batches of unpacked sequences of similar
+        lengths, at most ``max_sequence_length`` tokens each with their padding, for
+        :class:`packlib.torch.PaddedCollator` (models that cannot pack).
 
     Notes
     -----
@@ -98,12 +102,14 @@ class BalancedBatchSampler:
 
     def __init__(self, lengths, max_sequence_length, max_sequences_per_pack=None, *, rank, world_size,
                  micro_batches=1, cost=(1.0, 0.0), window=None, seed=0, drop_last=True, label_tokens=None,
-                 shared_prompt_lengths=None, extra_costs=None):
+                 shared_prompt_lengths=None, extra_costs=None, padded=False):
         window = DEFAULT_WINDOW if window is None else window
         self._settings = balance_settings(lengths, max_sequence_length, max_sequences_per_pack,
                                           world_size=world_size, micro_batches=micro_batches, cost=cost,
                                           window=window, seed=seed, epoch=0, drop_last=drop_last,
-                                          shared_prompt_lengths=shared_prompt_lengths, extra_costs=extra_costs)
+                                          shared_prompt_lengths=shared_prompt_lengths, extra_costs=extra_costs,
+                                          padded=padded)
+        self.padded = self._settings.padded
         self._W, self._M = self._settings.world_size, self._settings.micro_batches
         self.rank = as_rank(rank, self._W)
         self.world_size, self.micro_batches = self._W, self._M
@@ -311,6 +317,8 @@ class BalancedBatchSampler:
                 h.update(repr(groups.shape).encode() + np.ascontiguousarray(groups, dtype="<i8").tobytes())
         if s.extra_costs is not None:
             h.update(b"extra_costs" + np.ascontiguousarray(s.extra_costs, dtype="<f8").tobytes())
+        if s.padded:  # another schedule of the same lengths (an unpadded state's fingerprint unchanged)
+            h.update(b"padded")
         h.update(json.dumps([s.max_sequence_length, s.max_sequences_per_pack, s.world_size, s.micro_batches,
                              list(s.cost), s.window, s.seed, s.drop_last]).encode())
         return h.hexdigest()
@@ -355,7 +363,8 @@ class BalancedBatchSampler:
             raise ValueError(f"not a BalancedBatchSampler state (version {_STATE_VERSION}): {state!r:.120}")
         if state.get("fingerprint") != self._fingerprint:
             raise ValueError("this state was taken with other lengths or settings (max_sequence_length, depth, "
-                             "world_size, micro_batches, cost, window, seed or drop_last): it cannot be resumed here")
+                             "world_size, micro_batches, cost, window, seed, drop_last or padded): it cannot be resumed "
+                             "here")
         if state.get("rank") != self.rank:
             raise ValueError(f"this state is rank {state.get('rank')}'s; this sampler is rank {self.rank}'s")
         epoch = as_nonnegative_int(state.get("epoch"), "state['epoch']")
@@ -374,7 +383,7 @@ class BalancedBatchSampler:
 
     def __repr__(self) -> str:
         return (f"BalancedBatchSampler(rank {self.rank} of {self._W}, {self._M} micro-batches per step, "
-                f"epoch {self.epoch}, {self._settings.lengths.size:,} samples)")
+                f"epoch {self.epoch}, {self._settings.lengths.size:,} samples{', padded' if self.padded else ''})")
 
 
 def _as_label_tokens(label_tokens, lengths: np.ndarray) -> np.ndarray:

@@ -31,7 +31,12 @@ class Schedule:
     seed, epoch, window : int
     sample_costs : float64 array or None
         Each sample's cost when samples are groups (2-D lengths) or carry ``extra_costs``;
-        ``None``: ``a * l + b * l**2`` of its length.
+        ``None``: ``a * l + b * l**2`` of its length. With ``padded``: each sample's share
+        of its micro-batch's padded cost (the cost of the micro-batch's longest sequence).
+    padded : bool
+        Micro-batches of unpacked sequences, one right-padded row each (``balance(...,
+        padded=True)``): a micro-batch of ``n`` sequences whose longest has ``m`` tokens lays
+        out ``n * m`` of them, at most ``max_sequence_length``.
     """
 
     packs: Packs
@@ -47,6 +52,7 @@ class Schedule:
     epoch: int = 0
     window: int = DEFAULT_WINDOW
     sample_costs: np.ndarray | None = None
+    padded: bool = False
 
     @property
     def balance(self) -> float:
@@ -76,6 +82,17 @@ class Schedule:
         """Tokens / (num_steps x world_size x micro_batches x max_sequence_length)."""
         slots = self.num_steps * self.world_size * self.micro_batches * self.max_sequence_length
         return self.packs.num_tokens / slots if slots else 1.0
+
+    @property
+    def computed_tokens(self) -> int:
+        """The tokens the micro-batches lay out: with ``padded``, ``sequences x longest`` of
+        each; else their tokens (a packed row computes no padding)."""
+        if not self.padded:
+            return self.packs.num_tokens
+        sizes = np.diff(self.packs.offsets)
+        full = sizes > 0
+        longest = np.maximum.reduceat(self.packs.lengths, self.packs.offsets[:-1][full]) if full.any() else sizes[:0]
+        return int((sizes[full] * longest).sum())
 
     @property
     def num_samples(self) -> int:
@@ -108,7 +125,8 @@ class Schedule:
             "num_samples": self.num_samples, "dropped": int(self.dropped.size), "balance": self.balance,
             "micro_batch_balance": self.micro_batch_balance, "efficiency": self.efficiency,
             "max_sequence_length": self.max_sequence_length, "max_sequences_per_pack": self.max_sequences_per_pack, "cost": list(self.cost_coefficients),
-            "seed": self.seed, "epoch": self.epoch, "window": self.window,
+            "seed": self.seed, "epoch": self.epoch, "window": self.window, "padded": self.padded,
+            "computed_tokens": self.computed_tokens,
         }
 
     def plot(self, baseline: "Schedule | None" = None, ax=None):
@@ -123,13 +141,15 @@ class Schedule:
     def __repr__(self) -> str:
         return (f"Schedule({self.num_steps:,} steps x {self.world_size} ranks x {self.micro_batches} micro-batches, "
                 f"{self.num_samples:,} samples, {self.dropped.size:,} dropped, balance={self.balance:.4f}, "
-                f"efficiency={self.efficiency:.4f})")
+                f"efficiency={self.efficiency:.4f}{', padded' if self.padded else ''})")
 
     def _repr_html_(self) -> str:
         rows = [("steps × ranks × micro-batches", f"{self.num_steps:,} × {self.world_size} × {self.micro_batches}"),
                 ("samples (dropped)", f"{self.num_samples:,} ({self.dropped.size:,})"),
                 ("balance", f"{self.balance:.4f}"), ("balance at every micro-batch", f"{self.micro_batch_balance:.4f}"),
                 ("token efficiency", f"{self.efficiency:.4f}"),
+                *([("tokens computed (padded rows) / tokens", f"{self.computed_tokens / max(1, self.packs.num_tokens):.3f}")]
+                  if self.padded else []),
                 ("cost of a sequence", f"{self.cost_coefficients[0]:g}·l + {self.cost_coefficients[1]:.3g}·l²")]
         return _html_table("Schedule", rows)
 

@@ -48,6 +48,7 @@ class BalanceSettings(NamedTuple):
     group_lengths: np.ndarray | None = None  # int64 (n, k): each group's sequence lengths (0: absent)
     shared_prompt_lengths: np.ndarray | None = None  # int64 (n,): each group's prompt, laid out once
     extra_costs: np.ndarray | None = None  # float64 (n,): each sample's cost besides its tokens' (its images')
+    padded: bool = False  # micro-batches of unpacked, right-padded sequences (n x longest tokens)
 
 
 def as_rank(r, world_size: int) -> int:
@@ -129,15 +130,21 @@ def item_costs(s: BalanceSettings) -> np.ndarray:
 
 
 def balance_settings(lengths, max_sequence_length, max_sequences_per_pack, *, world_size, micro_batches, cost,
-                     window, seed, epoch, drop_last, shared_prompt_lengths=None, extra_costs=None) -> BalanceSettings:
+                     window, seed, epoch, drop_last, shared_prompt_lengths=None, extra_costs=None,
+                     padded=False) -> BalanceSettings:
     """Every argument of :func:`packlib.balance`, checked once."""
     from ..packing import MAX_BFD_LENGTH
 
     L = as_positive_int(max_sequence_length, "max_sequence_length")
+    padded = as_bool(padded, "padded")
     try:
         two_d = np.ndim(lengths) == 2
     except (ValueError, TypeError):  # ragged: as_lengths says what is wrong
         two_d = False
+    if padded and (two_d or shared_prompt_lengths is not None):
+        raise ValueError("padded=True plans one right-padded row per sequence (packlib.torch.PaddedCollator), which "
+                         "lays out text samples, not groups: 2-D lengths and shared_prompt_lengths (preference pairs, "
+                         "a prompt laid out once) are not supported with it; pass 1-D lengths, one per sequence")
     groups = prompts = None
     if two_d:
         lens, groups, prompts = as_groups(lengths, L, shared_prompt_lengths)
@@ -162,7 +169,7 @@ def balance_settings(lengths, max_sequence_length, max_sequences_per_pack, *, wo
                          "drop_last=True; pass drop_last=False, or use fewer ranks or micro-batches")
     extra = None if extra_costs is None else as_extra_costs(extra_costs, lens.size)
     return BalanceSettings(lens, L, as_depth(max_sequences_per_pack), W, M, as_cost(cost), window, as_seed(seed),
-                           as_nonnegative_int(epoch, "epoch"), drop_last, groups, prompts, extra)
+                           as_nonnegative_int(epoch, "epoch"), drop_last, groups, prompts, extra, padded)
 
 
 def as_extra_costs(extra_costs, n: int) -> np.ndarray:

@@ -19,7 +19,9 @@ measured on the model).
   alone (layers that carry state along the row, such as Mamba mixers, short convolutions
   and recurrences, do not): ``balance_trainer`` and packlib's TRL trainers run it before
   their first step. :class:`PaddedCollator` lays each sequence out in its own right-padded
-  row, for the models it refuses (docs/training.md, "Which models pack exactly").
+  row, for the models it refuses, over a :class:`packlib.BalancedBatchSampler` built with
+  ``padded=True`` (micro-batches of similar lengths; docs/training.md, "Which models pack
+  exactly").
 - :func:`label_tokens` counts the tokens the collator trains of each example (the
   ``label_tokens`` of :class:`packlib.BalancedBatchSampler` for data with labels or masks).
 - Preference pairs and groups of completions (TRL's ``prompt_ids`` with ``chosen_ids`` /

@@ -35,8 +35,10 @@ TOLERANCES = {"float32": (1e-4, 2e-5), "float64": (1e-8, 1e-9), "bfloat16": (2e-
 #: and at most NOISE_CAP times the dtype's
 NOISE_FACTOR, NOISE_CAP = 4.0, 10.0
 UNPACKED = ("train it on unpacked sequences instead: data_collator=packlib.torch.PaddedCollator() (one right-padded "
-            "row per sequence), with the same packlib.BalancedBatchSampler and balance_trainer (docs/training.md, "
-            "'Which models pack exactly')")
+            "row per sequence) with packlib.BalancedBatchSampler(lengths, max_sequence_length, ..., padded=True) "
+            "(micro-batches of similar lengths, balanced across ranks, at most max_sequence_length tokens with their "
+            "padding) and balance_trainer (docs/training.md, 'Models that cannot pack: unpacked rows, still "
+            "balanced')")
 
 
 @dataclass(frozen=True)

@@ -26,9 +26,11 @@ class PaddedCollator:
     on the right comes after every token of a row, so a causal model computes each token as
     if its sequence were alone, recurrent layers included.
 
-    With :class:`packlib.BalancedBatchSampler` and :func:`packlib.torch.balance_trainer` a
-    micro-batch is still planned and balanced by packlib; it costs ``sequences × longest``
-    tokens instead of their sum (docs/training.md, "Which models pack exactly").
+    With :class:`packlib.BalancedBatchSampler` built with ``padded=True`` and
+    :func:`packlib.torch.balance_trainer`, micro-batches are planned for this layout and
+    balanced by packlib: sequences of similar lengths, ``sequences × longest`` tokens at most
+    ``max_sequence_length`` (docs/training.md, "Models that cannot pack: unpacked rows, still
+    balanced", with what it costs against packing).
 
     Parameters
     ----------
@@ -68,9 +70,9 @@ class PaddedCollator:
         mask = np.zeros((len(rows), width), np.int64)
         for i, (tokens, labs) in enumerate(rows):
             ids[i, :tokens.size], labels[i, :tokens.size], mask[i, :tokens.size] = tokens, labs, 1
-        positions = np.broadcast_to(np.arange(width, dtype=np.int64), ids.shape)
+        positions = np.tile(np.arange(width, dtype=np.int64), (len(rows), 1))  # writable, one row or many
         out = {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask),
-               "labels": torch.from_numpy(labels), "position_ids": torch.from_numpy(np.ascontiguousarray(positions))}
+               "labels": torch.from_numpy(labels), "position_ids": torch.from_numpy(positions)}
         if self.use_cache is not None:
             out["use_cache"] = self.use_cache
         return out

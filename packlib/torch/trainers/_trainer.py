@@ -22,6 +22,7 @@ optimizer step, each step's loss the token mean over all of them on every rank
 from __future__ import annotations
 
 import functools
+import warnings
 
 import numpy as np
 
@@ -30,6 +31,7 @@ from ...balancing._epochs import EpochStream
 from ...balancing._sampler import BalancedBatchSampler, set_label_counter
 from ..check._trainer import add_packing_check
 from ..collate._examples import label_tokens
+from ..collate._padded import PaddedCollator
 from .._lazy import require_torch
 from ._checks import check_trainer
 from ._trl_preference import refuse_unweighted
@@ -52,7 +54,9 @@ def balance_trainer(trainer, sampler, *, check_packing: bool = True):
         Any ``Trainer`` (TRL's ``SFTTrainer`` included), built with
         ``per_device_train_batch_size=1`` (a micro-batch is one packed row) and a
         ``data_collator`` that packs a micro-batch into one row
-        (:class:`packlib.torch.PackedCollator`). Changed in place.
+        (:class:`packlib.torch.PackedCollator`), or, for a model that cannot pack,
+        :class:`packlib.torch.PaddedCollator` with a sampler built with ``padded=True`` (a
+        ``UserWarning`` without it). Changed in place.
     sampler : packlib.BalancedBatchSampler
         Built from the lengths of ``trainer.train_dataset`` (as the trainer holds it, after
         any preparation of its own), with ``rank=args.process_index``,
@@ -118,7 +122,7 @@ def balance_trainer(trainer, sampler, *, check_packing: bool = True):
         raise ValueError(f"the sampler was built for rank {sampler.rank} of world_size {sampler.world_size}, but this "
                          f"trainer runs process {args.process_index} of {args.world_size}: build it with "
                          "rank=args.process_index, world_size=args.world_size")
-    _check_collator(trainer.data_collator)
+    _check_collator(trainer.data_collator, sampler)
     check_trainer(trainer, sampler)
     if args.max_steps > 0:
         stream = EpochStream(sampler, total_steps=args.max_steps)
@@ -133,12 +137,18 @@ def balance_trainer(trainer, sampler, *, check_packing: bool = True):
     return trainer
 
 
-def _check_collator(collator) -> None:
+def _check_collator(collator, sampler) -> None:
     from transformers.data.data_collator import DataCollatorWithPadding, default_data_collator
 
     if collator is default_data_collator or isinstance(collator, DataCollatorWithPadding):
         raise ValueError("the trainer's data_collator pads a micro-batch's samples into a batch of rows; a balanced "
                          "micro-batch is one packed row: pass data_collator=packlib.torch.PackedCollator()")
+    if isinstance(collator, PaddedCollator) and not sampler.padded:
+        warnings.warn("data_collator=PaddedCollator() lays each sequence out in its own row, but the sampler plans "
+                      "micro-batches for packed rows (a long sequence beside several short ones, all padded to the "
+                      "longest: more tokens computed, and up to sequences x max_sequence_length of them in memory); "
+                      "build the sampler with padded=True (micro-batches of similar lengths, at most "
+                      "max_sequence_length tokens with their padding)", UserWarning, stacklevel=3)
 
 
 def _train_dataloader(trainer, stream):
