@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["nnls_recipe", "repack_underfilled"]
+__all__ = ["nnls_recipe", "repack_underfilled", "refill_slots"]
 
 
 def nnls_recipe(h: np.ndarray, L: int, D: int, w: np.ndarray, max_iterations: int):
@@ -111,6 +111,88 @@ def repack_underfilled(rows: np.ndarray, counts: np.ndarray, L: int, D: int):
     below = fill < best_threshold
     sub_rows, sub_counts = lpfhp(_histogram_of(lengths, times, below[row_of], L), L, D)
     return _stack(rows[~below], counts[~below], sub_rows, sub_counts)
+
+
+def refill_slots(rows: np.ndarray, counts: np.ndarray, L: int, D: int, q: int = 1):
+    """At a depth ``D`` below ``L``: refill the packs that have a free slot with the shortest
+    sequences of the plan, when that takes fewer packs.
+
+    A plan of length classes turned back into lengths leaves packs of fewer than ``D``
+    sequences whose last slot a rounded-up class could not take, and fills their room with
+    one longer sequence where two shorter ones would fit. Each such pack keeps its longest
+    sequence and gives up the others; the packs of ``D`` sequences filled to at most ``L/2``
+    give up theirs too. The kept packs, tightest first, then take the shortest sequences given
+    up that fit (as many packs at once as take the same), and LPFHP packs what is left (on
+    length classes of ``q`` tokens when ``q > 1``: LPFHP's time grows faster than ``L``). The
+    plan is returned unchanged unless that takes fewer packs.
+    """
+    L, D = int(L), int(D)
+    n, fill = np.count_nonzero(rows, axis=1), rows.sum(axis=1)
+    open_, donor = n < D, (n == D) & (2 * fill <= L)
+    if D >= L or not open_.any() or not donor.any():
+        return rows, counts
+    row_of, slot = np.nonzero(rows)
+    given_up = donor[row_of] | (open_[row_of] & (slot > 0))
+    pool = _histogram_of(rows[row_of, slot] - 1, counts[row_of], given_up, L)
+    firsts, times = rows[open_, 0], counts[open_]
+    order = np.argsort(firsts, kind="stable")[::-1]  # the longest first sequence: the tightest pack
+    filled, filled_counts = _take_shortest(firsts[order], times[order], pool, L, D)
+    rest_rows, rest_counts = _lpfhp_rest(pool, L, D, int(q))
+    if int(rest_counts.sum()) >= int(counts[donor].sum()):
+        return rows, counts
+    keep = ~(open_ | donor)
+    out, out_counts = _stack(rows[keep], counts[keep], filled, filled_counts)
+    return _stack(out, out_counts, rest_rows, rest_counts)
+
+
+def _lpfhp_rest(pool, L, D, q):
+    """LPFHP of the histogram ``pool`` at capacity ``L`` and depth ``D``; with ``q > 1`` on
+    ``L // q`` length classes, turned back into lengths."""
+    from ._kernels.greedy import lpfhp
+
+    if q == 1:
+        return lpfhp(pool, L, D)
+    from ._kernels.nnls_grid import classes_to_lengths
+
+    G = L // q
+    rows, counts = lpfhp(np.add.reduceat(pool, np.arange(G, dtype=np.int64) * q), G, D)
+    return classes_to_lengths(rows, counts, pool, q, G)
+
+
+def _take_shortest(firsts, times, pool, L, D):
+    """Packs of one sequence (``times[i]`` of length ``firsts[i]``, in this order) each take
+    the shortest sequences of ``pool`` (a histogram, drawn from in place) that fit, up to ``D``
+    in all: rows (descending, zero-padded to ``D``) and counts."""
+    out_rows, out_counts = [], []
+    present = np.flatnonzero(pool).tolist()  # lengths - 1 in the pool; drawn from the front
+    low = 0
+    for first, left in zip(firsts.tolist(), times.tolist()):
+        while left > 0:
+            while low < len(present) and pool[present[low]] == 0:
+                low += 1
+            picks = _one_pack(pool, present, low, L - first, D - 1)
+            same = left if not picks else min(left, min(int(pool[l - 1]) // t for l, t in picks))
+            row = [first] + [l for l, t in reversed(picks) for _ in range(t)]
+            out_rows.append(row + [0] * (D - len(row)))
+            out_counts.append(same)
+            for l, t in picks:
+                pool[l - 1] -= same * t
+            left -= same
+    return np.array(out_rows, np.int64).reshape(-1, D), np.array(out_counts, np.int64)
+
+
+def _one_pack(pool, present, low, room, slots):
+    """The shortest sequences of ``pool`` (its lengths ``present[low:]``) that fit ``room``
+    tokens in ``slots`` slots, smallest first: ``[(length, copies), ...]``."""
+    picks = []
+    for at in present[low:]:
+        if slots == 0 or at + 1 > room:
+            break
+        take = min(int(pool[at]), slots, room // (at + 1))
+        if take:
+            picks.append((at + 1, take))
+            slots, room = slots - take, room - take * (at + 1)
+    return picks
 
 
 def _histogram_of(lengths, times, chosen, L):

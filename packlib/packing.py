@@ -278,7 +278,7 @@ def _nnls(h: np.ndarray, L: int, depth: int | None, *, max_iterations: int = 20,
     """:func:`nnls_pack` of arguments already checked (``_histogram_args`` and the options)."""
     from ._first_use import NNLS_CLASS_UNITS, NNLS_UNITS, compile_first_use
     from ._nnls_limits import length_classes
-    from ._nnls_recipe import nnls_recipe, repack_underfilled
+    from ._nnls_recipe import nnls_recipe, refill_slots, repack_underfilled
 
     q, G = length_classes(L, exact)
     compile_first_use(NNLS_UNITS if q == 1 else NNLS_CLASS_UNITS)  # a new machine: two processes compile
@@ -297,6 +297,8 @@ def _nnls(h: np.ndarray, L: int, depth: int | None, *, max_iterations: int = 20,
         strategies, counts = classes_to_lengths(strategies, counts, h, q, G)
         if repair:  # again on the lengths: the room the classes rounded up is free there
             strategies, counts = repack_underfilled(strategies, counts, L, L if depth is None else depth)
+            if depth is not None:  # and the slots they could not fill
+                strategies, counts = refill_slots(strategies, counts, L, depth, q)
     info = {"iterations": int(iterations), "length_class": q, "exact": q == 1}
     return _plan_from_kernel(strategies, counts, L, depth, "nnls", **info)
 

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 import packlib
 from packlib._nnls_limits import FAST_NNLS_LENGTH, MAX_NNLS_LENGTH, length_classes
+from packlib._nnls_recipe import refill_slots
 
 from . import naive, naive_nnls_long
 
@@ -80,7 +81,66 @@ def test_lengths_on_the_class_grid_give_the_exact_plan_scaled():
         long = packlib.nnls_pack(h, max_sequences_per_pack=depth)
         exact = packlib.nnls_pack(small, max_sequences_per_pack=depth)
         assert long.info["length_class"] == q and long.info["iterations"] == exact.info["iterations"]
-        assert naive.plan_multiset(long.strategies, long.counts) == naive.plan_multiset(q * exact.strategies, exact.counts)
+        rows, counts = q * exact.strategies, exact.counts
+        if depth is not None:  # the lengths' own repair refills the slots (the exact range does not)
+            rows, counts = refill_slots(rows, counts, q * G, depth)
+        assert naive.plan_multiset(long.strategies, long.counts) == naive.plan_multiset(rows, counts)
+
+
+def _packs(rows, counts):
+    return [tuple(int(x) for x in r if x) for r, k in zip(rows, counts) for _ in range(int(k))]
+
+
+def _lpfhp(h, L, D):
+    packs, counts = naive.greedy_histogram_pack(np.array(h, np.int64), L, D, True)
+    return packs, counts
+
+
+@given(st.integers(8, 60), st.integers(2, 4), st.sampled_from([1, 1, 2, 3]), st.data())
+@settings(max_examples=80, deadline=None)
+def test_refill_slots_matches_naive(L, D, q, data):
+    """Any plan of depth D: the grouped refill equals the pack-by-pack reference (what is left
+    packed by LPFHP on the lengths; on classes of q tokens, any valid packing), keeps every
+    sequence, and never takes more packs."""
+    small = st.integers(1, max(1, L // (2 * D)))
+    pack = st.one_of(st.lists(small, min_size=D, max_size=D),  # D short ones: a donor
+                     st.tuples(st.integers(1, L), st.lists(small, max_size=D - 1)).map(lambda t: [t[0], *t[1]]))
+    groups = data.draw(st.lists(st.tuples(pack, st.integers(1, 4)), min_size=1, max_size=12))
+    rows = np.zeros((len(groups), D), np.int64)
+    counts = np.zeros(len(groups), np.int64)
+    for g, (pack, k) in enumerate(groups):
+        while sum(pack) > L:
+            pack = pack[1:]
+        pack = sorted(pack or [1], reverse=True)
+        rows[g, : len(pack)], counts[g] = pack, k
+    got_rows, got_counts = refill_slots(rows, counts, L, D, q)
+    if q == 1:
+        assert naive.plan_multiset(got_rows, got_counts) == naive_nnls_long.refill_slots(_packs(rows, counts), L, D, _lpfhp)
+    assert naive.plan_multiset(got_rows, got_counts).total() <= int(counts.sum())
+    assert (got_rows.sum(axis=1) <= L).all() and (np.count_nonzero(got_rows, axis=1) <= D).all()
+    assert sorted(x for p in _packs(got_rows, got_counts) for x in p) == sorted(x for p in _packs(rows, counts) for x in p)
+
+
+def test_refill_slots_known_answer():
+    """Three packs of (1000, 24) each hold one slot free; two of (12, 12, 12) are nearly empty:
+    the long ones take two 12s each, the three 24s share a pack: 4 packs instead of 5."""
+    rows = np.array([[1000, 24, 0], [12, 12, 12]], np.int64)
+    got_rows, got_counts = refill_slots(rows, np.array([3, 2], np.int64), 1024, 3)
+    assert naive.plan_multiset(got_rows, got_counts) == {(1000, 12, 12): 3, (24, 24, 24): 1}
+    unchanged = refill_slots(rows, np.array([3, 2], np.int64), 1024, 4)  # depth 4: no (12, 12, 12) pack is full
+    assert naive.plan_multiset(*unchanged) == {(1000, 24): 3, (12, 12, 12): 2}
+
+
+def test_held_out_depth_limited_plans_within_the_exact_recipe():
+    """A bimodal histogram (four fifths short, a fifth from L/2 to L) at depth 3: the class
+    plan, refilled on the lengths, is no worse than the exact recipe on the lengths."""
+    rng = np.random.default_rng(1)
+    L = 1024
+    x = np.concatenate([rng.lognormal(np.log(L / 16), 0.7, 4000), rng.uniform(L / 2, L, 1000)])
+    h = packlib.histogram(np.clip(np.rint(x), 1, L).astype(np.int64), L)
+    fast, exact = packlib.nnls_pack(h, L, 3), packlib.nnls_pack(h, L, 3, exact=True)
+    check_plan(fast, h, 3)
+    assert fast.num_packs <= exact.num_packs
 
 
 @pytest.mark.parametrize(("L", "depth"), [(4097, 1), (4097, 2), (4097, None), (131072, 3)])
