@@ -213,11 +213,9 @@ def test_the_documented_loop_on_masked_prompts_is_the_step_token_mean(tmp_path, 
     """docs/balance.md's loop as written, on data whose labels mask each prompt: two epochs
     equal SGD on each step's token-mean loss (each sequence alone). Without the count from the
     dataset (length - 1 per sample, the behaviour before) the parameters differ (one epoch
-    shows it)."""
-    from packlib.balancing import _sampler
-
+    shows it). The count is the one the loader's collator declares (``PackedCollator.label_tokens``)."""
     if not counted:
-        monkeypatch.setattr(_sampler, "_LABEL_COUNTER", None)
+        monkeypatch.delattr(PackedCollator, "label_tokens")
     lengths, ids, labels = _sft()
     epochs = 2 if counted else 1
     trained, sampler = _docs_loop(lengths, ids, labels, tmp_path, epochs)
