@@ -227,19 +227,22 @@ def part_params():
     print("\n## Parameters against the reference (each sequence alone, token mean per step)\n")
     print("| path | largest parameter difference |")
     print("|---|---|")
-    from packlib.balancing import _sampler
+    from packlib.torch import PackedCollator
 
     lengths, ids, labels = t._sft()
     with tempfile.TemporaryDirectory() as tmp:
-        counter = _sampler._LABEL_COUNTER
-        for name, count in (("before: every sample's length - 1", None), ("this checkout", counter)):
-            _sampler._LABEL_COUNTER = count
+        count = PackedCollator.label_tokens
+        for name, declared in (("before: every sample's length - 1", False), ("this checkout", True)):
+            if not declared:
+                del PackedCollator.label_tokens  # a collator that declares nothing: length - 1 per sample
             where = pathlib.Path(tmp) / name[:6]
             where.mkdir()
-            trained, sampler = t._docs_loop(lengths, ids, labels, where)
+            try:
+                trained, sampler = t._docs_loop(lengths, ids, labels, where)
+            finally:
+                PackedCollator.label_tokens = count
             print(f"| docs/balance.md loop as written, prompts masked, 2 epochs ({name}) | "
                   f"{_diff(trained, t, sampler, ids, labels)} |")
-        _sampler._LABEL_COUNTER = counter
         lengths, ids, labels = t._sft(30, seed=15, high=60)
         trainer, sampler = t._trainer(pathlib.Path(tmp) / "t", lengths, ids, labels)
         with contextlib.redirect_stdout(io.StringIO()):

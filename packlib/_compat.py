@@ -120,9 +120,11 @@ SUPPORTED = {
                                       "loss is divided by the accumulation steps twice (silently wrong parameters)"),
     "accelerate": ((1, 14), (2, 0), "before 1.14 a prepared BalancedBatchSampler loader on two or more processes "
                                     "fails on even_batches"),
-    "trl": ((1, 16), (1, 17), "TRL 1.14 fails inside its own loss on packed rows, 0.29 never hands the model the "
-                              "packed row (silently wrong), and the packed trainers override TRL 1.16's internals, "
-                              "which a later TRL may change"),
+    "trl": ((1, 16), (1, 17), "TRL 1.15's DPO, KTO, SFT and GRPO trainers compute their log-probs with a Triton "
+                              "kernel that needs a GPU (its own trainers fail on a CPU, so the packed ones cannot be "
+                              "checked against them), TRL 1.14 fails inside its own loss on packed rows, 0.29 never "
+                              "hands the model the packed row (silently wrong), and the packed trainers override TRL "
+                              "1.16's internals, which a later TRL may change"),
 }
 
 

@@ -7,10 +7,11 @@ step, the stock trainer's ``compute_loss`` on its padded batch of the step's mic
 each weighted by its pairs (examples) over the step's, and plain SGD (what the Trainer does
 with ``optim="sgd"``, a constant learning rate and no clipping).
 
-Run as ``python -m tests._preference_trainers PORT OUT_DIR KIND [skewed]`` it forks two gloo
-ranks that train ``KIND`` (dpo, reward, kto) packed and balanced (``skewed``: on data whose
-steps give the ranks different numbers of pairs) and write their parameters (``params-RANK.pt``)
-and their planned steps; exits 0 when both did. Importable without torch.
+Run as ``python -m tests._preference_trainers PORT OUT_DIR KIND [skewed] [kl] [ranks=N]`` it
+forks N (default two) gloo ranks that train ``KIND`` (dpo, reward, kto) packed and balanced
+(``skewed``: on data whose steps give the ranks different numbers of pairs; ``kl``: KTO with
+its default loss, KL term included) and write their parameters (``params-RANK.pt``) and their
+planned steps; exits 0 when every rank did. Importable without torch.
 """
 from __future__ import annotations
 
@@ -94,9 +95,10 @@ def dataset(kind: str, n: int = 16, seed: int = 0, skewed: bool = False):
                                        "label": [bool(b) for b in rng.integers(0, 2, n)]})
 
 
-def trainer(kind: str, cls=None, *, data=None, **settings):
+def trainer(kind: str, cls=None, *, data=None, ref_model=None, **settings):
     """A TRL trainer of ``kind`` (``cls``: TRL's own by default, or a packlib class), on
-    fresh tiny models; ``settings`` go to its config, ``data_collator`` to the trainer."""
+    fresh tiny models (``ref_model``: the reference, else the policy's twin); ``settings`` go
+    to its config, ``data_collator`` to the trainer."""
     import trl
 
     base = {"dpo": "DPO", "reward": "Reward", "kto": "KTO"}[kind]
@@ -108,9 +110,20 @@ def trainer(kind: str, cls=None, *, data=None, **settings):
     if kind == "reward":
         return cls(model=reward_model(), args=args, train_dataset=data or dataset(kind), processing_class=tokenizer(),
                    **kw)
-    ref = None if args.precompute_ref_log_probs else causal_lm()
+    ref = None if args.precompute_ref_log_probs else (ref_model or causal_lm())
     return cls(model=causal_lm(), ref_model=ref, args=args, train_dataset=data or dataset(kind),
                processing_class=tokenizer(), **kw)
+
+
+def sharp_reference():
+    """A reference model whose mismatched completions are less likely than the policy's (its
+    logits scaled up): KTO's KL estimate is then above 0, where TRL's clamp keeps it."""
+    import torch
+
+    model = causal_lm(seed=1)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(4)
+    return model
 
 
 def lengths(kind: str, rows):
@@ -145,19 +158,23 @@ def planned_steps(sampler_, steps):
     return out[:steps]
 
 
-def reference_run(stock, steps):
+def reference_run(stock, steps, micro_batches=2):
     """SGD on TRL's own loss over each step's padded micro-batches, each weighted by its
-    pairs (examples) over the step's: the parameters after ``steps``."""
+    pairs (examples) over the step's: the parameters after ``steps``. KTO with its KL term on
+    several ranks (``steps`` holding ``micro_batches`` per rank): each micro-batch's KL
+    estimate is the mean of the ranks' estimates of that micro-batch, as TRL gathers it."""
     import torch
 
     model = stock.model.train()
     rows = stock.train_dataset
     for step in steps:
         total = sum(len(mb) for mb in step)
+        batches = [stock._prepare_inputs(stock.data_collator([rows[i] for i in mb])) for mb in step]
+        kls = _kl_across_ranks(stock, model, batches, micro_batches)
         loss = 0
-        for mb in step:
-            batch = stock._prepare_inputs(stock.data_collator([rows[i] for i in mb]))
-            loss = loss + stock.compute_loss(model, batch) * (len(mb) / total)
+        for k, (mb, batch) in enumerate(zip(step, batches)):
+            with _first_gather(stock, None if kls is None else kls[k % micro_batches]):
+                loss = loss + stock.compute_loss(model, batch) * (len(mb) / total)
         loss.backward()
         with torch.no_grad():
             for p in model.parameters():
@@ -165,6 +182,48 @@ def reference_run(stock, steps):
                     p -= LR * p.grad
                     p.grad = None
     return model
+
+
+def _kl_across_ranks(stock, model, batches, micro_batches):
+    """KTO with its KL term, ``batches`` of several ranks: for each micro-batch index, the KL
+    estimates of every rank's micro-batch there (what TRL's ``gather_for_metrics`` of the KL
+    gives each rank); ``None`` otherwise."""
+    import torch
+
+    if not getattr(stock, "calculate_KL", False) or len(batches) <= micro_batches:
+        return None
+    seen = []
+    with torch.no_grad():
+        for batch in batches:
+            with _first_gather(stock, None, seen):
+                stock.compute_loss(model, batch)
+    return [torch.stack(seen[m::micro_batches]) for m in range(micro_batches)]
+
+
+class _first_gather:
+    """Within: the first ``gather_for_metrics`` of each loss (KTO's KL estimate) returns
+    ``value`` (every rank's estimate), or records its argument in ``seen``."""
+
+    def __init__(self, stock, value, seen=None):
+        self.accelerator, self.value, self.seen, self.calls = stock.accelerator, value, seen, 0
+
+    def gather(self, data, *args, **kwargs):
+        self.calls += 1
+        if self.calls > 1:
+            return self.original(data, *args, **kwargs)
+        if self.seen is not None:
+            self.seen.append(data.detach())
+            return data
+        return self.value
+
+    def __enter__(self):
+        if self.value is not None or self.seen is not None:
+            self.original = self.accelerator.gather_for_metrics
+            self.accelerator.gather_for_metrics = self.gather
+        return self
+
+    def __exit__(self, *exc):
+        self.accelerator.__dict__.pop("gather_for_metrics", None)
 
 
 def max_difference(a, b) -> float:
@@ -177,13 +236,18 @@ def settings_of(kind):
     return {"kto": {"per_device_train_batch_size": 4}}.get(kind, {"per_device_train_batch_size": 1})
 
 
-# ------------------------------------------------------------------ two gloo ranks
-#: the settings of each kind on two ranks: KTO without its KL term (TRL averages that over the
-#: ranks' micro-batches, so its reference is no sum over micro-batches)
+# ------------------------------------------------------------------ gloo ranks
+#: the settings of each kind on several ranks without ``kl``: KTO without its KL term (TRL
+#: averages that over the ranks' micro-batches; ``reference_run`` does the same with ``kl``)
 RANK_SETTINGS = {"kto": {"loss_type": "apo_zero_unpaired"}}
 
 
-def main(rank: int, out: pathlib.Path, kind: str, skewed: bool = False) -> None:
+def rank_data(kind: str, skewed: bool, world_size: int):
+    """The data of a run on ``world_size`` ranks: 8 examples (pairs) per rank."""
+    return dataset(kind, n=8 * world_size, skewed=skewed)
+
+
+def main(rank: int, out: pathlib.Path, kind: str, skewed: bool = False, world_size: int = 2, kl: bool = False) -> None:
     import torch
 
     from packlib.torch import PackedCollator, balance_trainer
@@ -192,9 +256,10 @@ def main(rank: int, out: pathlib.Path, kind: str, skewed: bool = False) -> None:
     torch.set_num_threads(1)
     cls = _trl_preference.trainer_class({"dpo": "PackedDPOTrainer", "kto": "PackedKTOTrainer",
                                          "reward": "PackedRewardTrainer"}[kind])
-    t = trainer(kind, cls, data=dataset(kind, skewed=skewed), data_collator=PackedCollator(),
+    t = trainer(kind, cls, data=rank_data(kind, skewed, world_size), data_collator=PackedCollator(),
                 gradient_accumulation_steps=2, max_steps=STEPS, output_dir=str(out / f"run-{rank}"),
-                **settings_of(kind), **RANK_SETTINGS.get(kind, {}))
+                ref_model=sharp_reference() if kl else None, **settings_of(kind),
+                **({} if kl else RANK_SETTINGS.get(kind, {})))
     s = sampler(kind, t, rank=t.args.process_index, world_size=t.args.world_size)
     balance_trainer(t, s)
     t.train()
@@ -205,20 +270,24 @@ def main(rank: int, out: pathlib.Path, kind: str, skewed: bool = False) -> None:
 STEPS = 3
 
 
-def launch(port: int, out: str, kind: str, skewed: bool = False) -> int:
+def launch(port: int, out: str, kind: str, flags=()) -> int:
+    """Fork the ranks (``flags``: ``skewed``, ``kl``, ``ranks=N``, default 2); 0 when every
+    rank succeeded."""
     import torch  # noqa: F401  (imported once, inherited by the ranks)
     import trl  # noqa: F401
     import transformers.models.llama.modeling_llama  # noqa: F401
 
     from tests._ddp_worker import fork_ranks
 
-    def run(rank):
-        os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
-                          MASTER_PORT=str(port))
-        main(rank, pathlib.Path(out), kind, skewed)
+    world_size = int(next((f.split("=")[1] for f in flags if f.startswith("ranks=")), 2))
 
-    return fork_ranks(2, run)
+    def run(rank):
+        os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1",
+                          MASTER_PORT=str(port))
+        main(rank, pathlib.Path(out), kind, "skewed" in flags, world_size, "kl" in flags)
+
+    return fork_ranks(world_size, run)
 
 
 if __name__ == "__main__":
-    sys.exit(launch(int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4:] == ["skewed"]))
+    sys.exit(launch(int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4:]))

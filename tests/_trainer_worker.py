@@ -14,7 +14,8 @@ environment a launcher gives it (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT):
 3. the same with TRL's ``SFTTrainer`` (where TRL is installed): the parameters at the end.
 
 Writes ``OUT_DIR/rank-RANK.json``, ``OUT_DIR/params-RANK.pt`` and ``OUT_DIR/params-sft-RANK.pt``;
-exits 0 when every rank did.
+exits 0 when every rank did. ``python -m tests._trainer_worker PORT OUT_DIR ranks=N`` runs N
+ranks of step 3 alone for ``SFT_STEPS`` optimizer steps (``OUT_DIR/params-sft-RANK.pt``).
 Importable without torch (the test reads ``SETTINGS`` and ``samples``).
 """
 from __future__ import annotations
@@ -51,11 +52,12 @@ def tiny_model():
     return transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa")
 
 
-def sampler(lengths, rank):
+def sampler(lengths, rank, world_size=None):
     import packlib
 
     s = SETTINGS
-    return packlib.BalancedBatchSampler(lengths, s["max_sequence_length"], rank=rank, world_size=s["world_size"],
+    world_size = world_size or s["world_size"]
+    return packlib.BalancedBatchSampler(lengths, s["max_sequence_length"], rank=rank, world_size=world_size,
                                         micro_batches=s["micro_batches"], cost=packlib.transformer_cost(4096),
                                         seed=s["seed"])
 
@@ -108,9 +110,9 @@ def main(rank: int, out: pathlib.Path) -> None:
     (out / f"rank-{rank}.json").write_text(json.dumps(seen))
 
 
-def sft_run(out, lengths, ids, labels):
-    """TRL's SFTTrainer with balance_trainer on the same data and plan: its parameters, or
-    ``None`` without TRL."""
+def sft_run(out, lengths, ids, labels, **limits):
+    """TRL's SFTTrainer with balance_trainer on the same data and plan (``limits``: the
+    config's ``max_steps``): its parameters, or ``None`` without TRL."""
     try:
         import trl
     except ImportError:
@@ -124,29 +126,47 @@ def sft_run(out, lengths, ids, labels):
     args = trl.SFTConfig(str(out / "sft"), per_device_train_batch_size=1, gradient_accumulation_steps=s["micro_batches"],
                          num_train_epochs=s["epochs"], max_length=None, learning_rate=1e-2, optim="sgd",
                          lr_scheduler_type="constant", max_grad_norm=0.0, report_to=[], use_cpu=True,
-                         save_strategy="no", disable_tqdm=True, bf16=False)
+                         save_strategy="no", disable_tqdm=True, bf16=False, **limits)
     dataset = datasets.Dataset.from_dict({"input_ids": ids, "labels": labels})
     trainer = trl.SFTTrainer(model=tiny_model(), args=args, train_dataset=dataset, processing_class=tokenizer(),
                              data_collator=PackedCollator())
-    balance_trainer(trainer, sampler(lengths, args.process_index))
+    balance_trainer(trainer, sampler(lengths, args.process_index, args.world_size))
     trainer.train()
     return trainer.model.state_dict()
 
 
-def launch(port: int, out: str) -> int:
-    """Fork the ranks after importing torch and transformers once; 0 when every rank succeeded."""
+#: optimizer steps of the SFT run on more ranks (``ranks=N``)
+SFT_STEPS = 3
+
+
+def sft_ranks_main(rank: int, out: pathlib.Path) -> None:
+    """TRL's SFTTrainer alone, with balance_trainer, for :data:`SFT_STEPS` steps: its parameters."""
+    import torch
+
+    torch.set_num_threads(1)
+    lengths, ids, labels = samples()
+    params = sft_run(out, lengths, ids, labels, max_steps=SFT_STEPS)
+    torch.save({k: v.detach().clone() for k, v in params.items()}, out / f"params-sft-{rank}.pt")
+
+
+def launch(port: int, out: str, world_size: int | None = None) -> int:
+    """Fork the ranks after importing torch and transformers once; 0 when every rank succeeded.
+    ``world_size`` (``ranks=N``): that many ranks of :func:`sft_ranks_main` alone."""
     import torch  # noqa: F401  (imported once, inherited by the ranks)
     import transformers.models.llama.modeling_llama  # noqa: F401
 
     from tests._ddp_worker import fork_ranks
 
-    def run(rank):
-        os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(SETTINGS["world_size"]),
-                          MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        main(rank, pathlib.Path(out))
+    n = world_size or SETTINGS["world_size"]
 
-    return fork_ranks(SETTINGS["world_size"], run)
+    def run(rank):
+        os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(n), MASTER_ADDR="127.0.0.1",
+                          MASTER_PORT=str(port))
+        (sft_ranks_main if world_size else main)(rank, pathlib.Path(out))
+
+    return fork_ranks(n, run)
 
 
 if __name__ == "__main__":
-    sys.exit(launch(int(sys.argv[1]), sys.argv[2]))
+    ranks = [int(a.split("=")[1]) for a in sys.argv[3:] if a.startswith("ranks=")]
+    sys.exit(launch(int(sys.argv[1]), sys.argv[2], ranks[0] if ranks else None))

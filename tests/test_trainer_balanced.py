@@ -213,11 +213,9 @@ def test_the_documented_loop_on_masked_prompts_is_the_step_token_mean(tmp_path, 
     """docs/balance.md's loop as written, on data whose labels mask each prompt: two epochs
     equal SGD on each step's token-mean loss (each sequence alone). Without the count from the
     dataset (length - 1 per sample, the behaviour before) the parameters differ (one epoch
-    shows it)."""
-    from packlib.balancing import _sampler
-
+    shows it). The count is the one the loader's collator declares (``PackedCollator.label_tokens``)."""
     if not counted:
-        monkeypatch.setattr(_sampler, "_LABEL_COUNTER", None)
+        monkeypatch.delattr(PackedCollator, "label_tokens")
     lengths, ids, labels = _sft()
     epochs = 2 if counted else 1
     trained, sampler = _docs_loop(lengths, ids, labels, tmp_path, epochs)
@@ -363,3 +361,33 @@ def test_two_processes_train_the_plan(tmp_path):
         assert all(torch.equal(sft[0][k], sft[1][k]) for k in sft[0])
         for k, v in m.state_dict().items():
             torch.testing.assert_close(sft[0][k], v, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="the ranks are forked (POSIX)")
+def test_four_processes_train_sfts_plan(tmp_path):
+    """Four gloo processes of TRL's SFTTrainer with balance_trainer, three steps: every rank
+    ends bitwise equal to the others and to SGD on each step's token mean over the four ranks'
+    micro-batches (computed without packlib), on a plan whose ranks hold different numbers of
+    examples and tokens in the same micro-batch."""
+    pytest.importorskip("trl", reason="the worker trains TRL's SFTTrainer")
+    pytest.importorskip("datasets")
+    ranks = 4
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, "-m", "tests._trainer_worker", str(free_port()), str(tmp_path),
+                           f"ranks={ranks}"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    params = [torch.load(tmp_path / f"params-sft-{r}.pt") for r in range(ranks)]
+    assert all(torch.equal(params[0][k], p[k]) for p in params[1:] for k in params[0])
+    lengths, ids, labels = worker.samples()
+    sampler = worker.sampler(lengths, 0, ranks)
+    arrays = [np.asarray(x) for x in ids], [np.asarray(y) for y in labels]
+    steps = _steps(sampler, *arrays, range(worker.SFT_STEPS))[:worker.SFT_STEPS]
+    assert len(steps) == worker.SFT_STEPS
+    first = sampler._schedule_of(0).packs  # micro-batch m of each rank: (rank * M + m)-th pack of a step
+    counts = [[first.offsets[r * M + m + 1] - first.offsets[r * M + m] for r in range(ranks)] for m in range(M)]
+    assert any(len(set(c)) > 1 for c in counts)  # unequal counts in the same micro-batch
+    m = worker.tiny_model()
+    ref.train_steps(m, torch.optim.SGD(m.parameters(), lr=1e-2), steps)
+    for k, v in m.state_dict().items():
+        torch.testing.assert_close(params[0][k], v, atol=1e-5, rtol=0)

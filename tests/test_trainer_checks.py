@@ -204,6 +204,11 @@ def test_versions_outside_the_supported_range_are_refused(tmp_path, monkeypatch,
     monkeypatch.setattr(_trl_grpo, "_CLASS", None)
     with pytest.raises(RuntimeError, match=match):
         _trl_grpo.packed_grpo_trainer()
+    import trl
+
+    mine = type("MyGRPOTrainer", (_trl_grpo.PackedGRPOMixin, trl.GRPOTrainer), {})  # the mixin on a user's class
+    with pytest.raises(RuntimeError, match=r"packlib.torch.PackedGRPOMixin \(MyGRPOTrainer\) " + match):
+        mine(model="unused", reward_funcs=[])
     if name != "trl":  # transformers.Trainer: TRL is not checked
         args = worker.trainer_args(tmp_path, gradient_accumulation_steps=M)
         trainer = transformers.Trainer(model=worker.tiny_model(), args=args, train_dataset=[{"input_ids": [1, 2]}] * 4,

@@ -211,29 +211,39 @@ def test_balanced_steps_weigh_every_pair_as_trls_padded_step(kind, tmp_path, mon
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="the ranks are forked (POSIX)")
-@pytest.mark.parametrize("kind, skewed", [("dpo", False), ("dpo", True), ("reward", True), ("kto", True)])
-def test_two_ranks_weigh_every_pair_of_the_step(kind, skewed, tmp_path):
-    """Two gloo processes, a packed trainer with balance_trainer: both ranks end bitwise equal to
-    each other and equal to SGD on TRL's own loss over each step's micro-batches of both ranks,
-    each weighted by its pairs (examples) over the step's. ``skewed``: the plan gives the ranks
-    different numbers of pairs in the same micro-batch, which TRL's metrics, gathered one value
-    per pair, cannot take as they are (KTO without its KL term, which TRL averages over the
-    ranks' micro-batches, so that its reference is no sum over micro-batches)."""
+@pytest.mark.parametrize("kind, flags", [("dpo", ()), ("dpo", ("skewed",)), ("reward", ("skewed",)),
+                                         ("kto", ("skewed",)), ("kto", ("skewed", "kl")),
+                                         ("dpo", ("skewed", "ranks=4")), ("reward", ("skewed", "ranks=4")),
+                                         ("kto", ("skewed", "kl", "ranks=4"))])
+def test_ranks_weigh_every_pair_of_the_step(kind, flags, tmp_path):
+    """Two (``ranks=4``: four) gloo processes, a packed trainer with balance_trainer: every rank
+    ends bitwise equal to the others and equal to SGD on TRL's own loss over each step's
+    micro-batches of every rank, each weighted by its pairs (examples) over the step's.
+    ``skewed``: the plan gives the ranks different numbers of pairs in the same micro-batch,
+    which TRL's metrics, gathered one value per pair, cannot take as they are. KTO without
+    ``kl`` drops its KL term; with it (its default loss, a reference model that makes the
+    estimate positive, where TRL's clamp keeps it), TRL averages each micro-batch's KL estimate
+    over the ranks' micro-batches, and so does the reference (each rank's own estimate
+    instead ends beyond the tolerance)."""
+    ranks = int(next((f.split("=")[1] for f in flags if f.startswith("ranks=")), 2))
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    cmd = [sys.executable, "-m", "tests._preference_trainers", str(free_port()), str(tmp_path), kind]
-    proc = subprocess.run(cmd + (["skewed"] if skewed else []), cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, timeout=300)
+    cmd = [sys.executable, "-m", "tests._preference_trainers", str(free_port()), str(tmp_path), kind, *flags]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=600)
     assert proc.returncode == 0, proc.stdout[-4000:]
-    params = [torch.load(tmp_path / f"params-{r}.pt") for r in range(2)]
-    assert all(torch.equal(params[0][k], params[1][k]) for k in params[0])
-    plans = [json.loads((tmp_path / f"steps-{r}.json").read_text()) for r in range(2)]
-    assert plans[0] == plans[1]
+    params = [torch.load(tmp_path / f"params-{r}.pt") for r in range(ranks)]
+    assert all(torch.equal(params[0][k], p[k]) for p in params[1:] for k in params[0])
+    plans = [json.loads((tmp_path / f"steps-{r}.json").read_text()) for r in range(ranks)]
+    assert all(p == plans[0] for p in plans)
     steps = plans[0]
+    assert len(steps) == P.STEPS and all(len(step) == 2 * ranks for step in steps)
     assert len({len(mb) for step in steps for mb in step}) > 1
-    if skewed:  # the same micro-batch of the two ranks holds different numbers of pairs
-        assert any(len(step[m]) != len(step[2 + m]) for step in steps for m in range(2))
-    settings = {**P.settings_of(kind), **P.RANK_SETTINGS.get(kind, {})}
-    stock = P.trainer(kind, data=P.dataset(kind, skewed=skewed), output_dir=str(tmp_path), **settings)
+    if "skewed" in flags:  # the same micro-batch of the ranks holds different numbers of pairs
+        assert any(len({len(step[r * 2 + m]) for r in range(ranks)}) > 1 for step in steps for m in range(2))
+    settings = {**P.settings_of(kind), **({} if "kl" in flags else P.RANK_SETTINGS.get(kind, {}))}
+    stock = P.trainer(kind, data=P.rank_data(kind, "skewed" in flags, ranks), output_dir=str(tmp_path),
+                      ref_model=P.sharp_reference() if "kl" in flags else None, **settings)
+    assert getattr(stock, "calculate_KL", False) == ("kl" in flags)  # KTO's KL term on where asked for
     reference = P.reference_run(stock, steps)
     for k, v in reference.state_dict().items():
         torch.testing.assert_close(params[0][k], v, atol=1e-5, rtol=0)

@@ -1,6 +1,9 @@
 """How a batch sampler is drawn, as its user declares it: read from the ``DataLoader`` handed
 to :meth:`packlib.BalancedBatchSampler.drawn_by`, never from the calling frames, and without
-importing torch or Accelerate (an Accelerate loader is known by its class's module).
+importing torch or Accelerate (an Accelerate loader is known by its class's module). The
+loader's collator may declare what it trains of each example (a ``label_tokens(dataset)``
+method, as :class:`packlib.torch.PackedCollator` does): the sampler's default
+``label_tokens``, with no global rule installed by an adapter.
 
 :class:`packlib.BalancedBatchSampler` yields its own rank's micro-batches unless told that
 Accelerate's ``BatchSamplerShard`` deals them (``accelerator.prepare`` on two or more
@@ -34,6 +37,7 @@ class Drawn(NamedTuple):
     accelerate: str | None  # the class of an Accelerate loader (DataLoaderShard, DataLoaderDispatcher)
     split_batches: bool  # Accelerate splits each batch between the processes
     declared: bool     # told by drawn_by() (or balance_trainer), not assumed
+    count_labels: object = None  # the loader's collator's label_tokens(dataset), where it declares one
 
 
 UNDECLARED = Drawn(None, None, None, None, None, False, False)
@@ -66,7 +70,9 @@ def loader_drawing(loader, sampler) -> Drawn:
         raise ValueError(f"this DataLoader draws {type(batch_sampler).__name__}, not this sampler: pass the "
                          "BalancedBatchSampler itself as the DataLoader's batch_sampler, and the loader to drawn_by()")
     stateful = bool(getattr(loader, "use_stateful_dataloader", False)) if accelerate else hasattr(loader, "state_dict")
-    return Drawn(processes, index, _ahead(loader, accelerate, stateful), loader.dataset, accelerate, split, True)
+    count = getattr(getattr(loader, "collate_fn", None), "label_tokens", None)
+    return Drawn(processes, index, _ahead(loader, accelerate, stateful), loader.dataset, accelerate, split, True,
+                 count if callable(count) else None)
 
 
 def _ahead(loader, accelerate, stateful) -> str | None:

@@ -54,11 +54,13 @@ class BalancedBatchSampler:
     label_tokens : array_like of int, optional
         How many of each sample's tokens carry a loss term (its labels that are not -100,
         after its masks), for :meth:`step_label_tokens`. Default: counted from the dataset of
-        the ``DataLoader`` declared with :meth:`drawn_by`, by the rule of
-        :func:`packlib.torch.label_tokens` (what :class:`packlib.torch.PackedCollator` trains),
-        when its examples carry more than ``input_ids`` (labels, masks, packed rows) and
-        ``packlib.torch`` is imported; else ``lengths - 1``: every token but the first, which
-        is what the collator trains of a sample without ``labels`` or masks.
+        the ``DataLoader`` declared with :meth:`drawn_by` by that loader's collator, when it
+        declares what it trains (a ``label_tokens(dataset)`` method:
+        :class:`packlib.torch.PackedCollator` counts by :func:`packlib.torch.label_tokens`)
+        and the examples carry more than ``input_ids`` (labels, masks, packed rows); else
+        ``lengths - 1``: every token but the first, which is what the collator trains of a
+        sample without ``labels`` or masks. With another collator, pass
+        ``label_tokens=packlib.torch.label_tokens(dataset)`` (or your own counts).
     shared_prompt_lengths : array_like of int, optional
         As for :func:`packlib.balance` (with 2-D ``lengths``, whose items are then group ids).
     extra_costs : array_like of float, optional
@@ -210,8 +212,8 @@ class BalancedBatchSampler:
         What the sampler reads of it: whether Accelerate's ``BatchSamplerShard`` deals its
         micro-batches (then it yields every rank's, in the order dealt, so each process gets
         exactly its own), whether the loader draws ahead of the loop (workers, Accelerate's
-        look-ahead: :meth:`state_dict` then refuses), and its dataset (the default
-        ``label_tokens``). Refused (``ValueError``): a loader that does not draw this sampler,
+        look-ahead: :meth:`state_dict` then refuses), and its dataset and collator (the default
+        ``label_tokens``: what the collator declares it trains, ``collate_fn.label_tokens(dataset)``). Refused (``ValueError``): a loader that does not draw this sampler,
         Accelerate's ``dispatch_batches=True`` and ``split_batches=True`` (they cut packed rows
         apart), a process index or count other than ``rank`` / ``world_size``.
         :func:`packlib.torch.balance_trainer` declares its own loader.
@@ -279,16 +281,16 @@ class BalancedBatchSampler:
             yield max(int(tokens[i // M]), 1)  # a step that trains nothing: its sum is 0 too
 
     def _trained_tokens(self) -> np.ndarray:
-        """``label_tokens`` as given; else, once, what the collator's rule trains of the dataset the
-        loader reads (when its examples carry labels or masks and ``packlib.torch`` is loaded)."""
-        d = self._drawing.dataset
-        if self._given_label_tokens or d is None or _LABEL_COUNTER is None or not hasattr(d, "__len__"):
+        """``label_tokens`` as given; else, once, what the loader's collator declares it trains of
+        the dataset the loader reads (when its examples carry labels or masks)."""
+        d, count = self._drawing.dataset, self._drawing.count_labels
+        if self._given_label_tokens or d is None or count is None or not hasattr(d, "__len__"):
             return self._label_tokens
         if len(d) != self._settings.lengths.size:
             raise ValueError(f"the DataLoader's dataset holds {len(d):,} examples for {self._settings.lengths.size:,} "
                              "lengths: build the sampler from the lengths of the dataset it draws from")
         if not _plain(d):
-            counts = np.asarray(_LABEL_COUNTER(d))
+            counts = np.asarray(count(d))
             try:
                 self._label_tokens = _as_label_tokens(counts, self._settings.lengths)
             except ValueError as e:
@@ -305,7 +307,7 @@ class BalancedBatchSampler:
 
     def __getstate__(self):
         state = dict(self.__dict__)
-        state["_drawing"] = self._drawing._replace(dataset=None)  # the loader's, not this sampler's
+        state["_drawing"] = self._drawing._replace(dataset=None, count_labels=None)  # the loader's, not this sampler's
         return state
 
     # -- checkpoints ----------------------------------------------------------------------
@@ -403,15 +405,6 @@ def _as_label_tokens(label_tokens, lengths: np.ndarray) -> np.ndarray:
     return t
 
 
-def set_label_counter(count) -> None:
-    """Install ``count(dataset) -> trained tokens per example``: the adapter of the collator
-    (``packlib.torch``) installs its rule when imported, so :meth:`BalancedBatchSampler.step_label_tokens`
-    counts what that collator trains of the dataset the loader reads (the core imports no adapter)."""
-    global _LABEL_COUNTER
-    _LABEL_COUNTER = count
-
-
-_LABEL_COUNTER = None
 _PLAIN_KEYS = frozenset({"input_ids"})  # an example of these keys only trains length - 1 tokens
 
 

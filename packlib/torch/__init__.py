@@ -42,7 +42,8 @@ measured on the model).
   :func:`calibrate_vision_cost` the vision tower's cost per image (docs/multimodal.md).
 - :class:`CheckpointableDataset` wraps a checkpointable iterator as an ``IterableDataset``.
 - :func:`balance_trainer` makes a ``transformers.Trainer`` (or TRL's) train the balanced
-  steps of a :class:`packlib.BalancedBatchSampler` (docs/training.md).
+  steps of a :class:`packlib.BalancedBatchSampler` through :class:`BalancedTrainerMixin`,
+  its ``get_train_dataloader`` (docs/training.md).
 - ``PackedDPOTrainer``, ``PackedRewardTrainer`` and ``PackedKTOTrainer`` are TRL's
   ``DPOTrainer``, ``RewardTrainer`` and ``KTOTrainer`` on packed rows: the same arguments,
   loss code and defaults, :class:`PackedCollator` by default (built on first import, which
@@ -71,13 +72,13 @@ from .collate import (PackedCollator, PaddedCollator, VisionPackedCollator, bloc
                       tree_sizes)
 from .cost import CostFit, calibrate_cost, calibrate_vision_cost, calibration_rows, image_grid_thw
 from .logps import sequence_logps, sequence_scores, token_logps
-from .trainers import TRL_TRAINERS, PackedGRPOMixin, balance_trainer
+from .trainers import TRL_TRAINERS, BalancedTrainerMixin, PackedGRPOMixin, balance_trainer, public_class
 
 __all__ = ["PackedCollator", "PaddedCollator", "check_packing", "PackingCheck", "block_causal_mask",
            "CheckpointableDataset", "label_tokens", "sequence_logps", "token_logps", "sequence_scores",
            "model_inputs", "shared_prompt_mask", "shared_prompt_block_mask", "calibrate_cost", "calibration_rows",
            "CostFit", "VisionPackedCollator", "calibrate_vision_cost", "image_grid_thw", "balance_trainer",
-           "PackedGRPOMixin", "tree_block_mask", "tree_mask", "tree_sizes", "split_trees"]
+           "BalancedTrainerMixin", "PackedGRPOMixin", "tree_block_mask", "tree_mask", "tree_sizes", "split_trees"]
 
 
 def __getattr__(name):
@@ -87,4 +88,7 @@ def __getattr__(name):
         from . import trainers
 
         return getattr(trainers, name)
+    made = public_class(name)  # unpickling a balanced trainer (or its callback) in a fresh process
+    if made is not None:
+        return made
     raise AttributeError(f"module 'packlib.torch' has no attribute {name!r}")

@@ -24,6 +24,7 @@ from ._hf import attn_implementation
 ROWS, SEQUENCES, TOKENS = 8, 3, 24
 #: the attribute that turns the check off on a trainer (``packlib_check_packing=False``)
 FLAG = "packlib_check_packing"
+CALLBACK_NAME, PUBLIC_MODULE = "PackingCheckCallback", "packlib.torch"
 _CLASS = None
 
 
@@ -31,12 +32,15 @@ def add_packing_check(trainer, enabled: bool = True) -> None:
     """Make ``trainer`` run the packing check when training begins (once per trainer); with
     ``enabled=False`` (or a trainer built with ``packlib_check_packing=False``) it is off."""
     setattr(trainer, FLAG, bool(enabled) and bool(getattr(trainer, FLAG, True)))
-    cls = _callback_class()
+    cls = callback_class()
     if not any(isinstance(c, cls) for c in trainer.callback_handler.callbacks):
         trainer.add_callback(cls(trainer))
 
 
-def _callback_class():
+def callback_class():
+    """``packlib.torch.PackingCheckCallback``, made on first use (transformers imported then),
+    under the name pickles look it up by (``packlib.torch.__getattr__`` makes it in a fresh
+    process)."""
     global _CLASS
     if _CLASS is None:
         from transformers import TrainerCallback
@@ -47,12 +51,20 @@ def _callback_class():
             def __init__(self, trainer):
                 self.trainer = weakref.ref(trainer)
 
+            def __getstate__(self):  # a pickled trainer holds this callback, which holds the trainer
+                return {"trainer": self.trainer()}
+
+            def __setstate__(self, state):
+                trainer = state["trainer"]
+                self.trainer = weakref.ref(trainer) if trainer is not None else type(None)
+
             def on_train_begin(self, args, state, control, model=None, **kwargs):
                 trainer = self.trainer()
                 if trainer is not None and getattr(trainer, FLAG, True):
                     check_trainer_model(trainer, model if model is not None else trainer.model)
 
-        PackingCheckCallback.__module__ = __name__
+        PackingCheckCallback.__module__ = PUBLIC_MODULE
+        PackingCheckCallback.__qualname__ = CALLBACK_NAME
         _CLASS = PackingCheckCallback
     return _CLASS
 

@@ -8,7 +8,7 @@ import numpy as np
 
 from ..._validate import as_bool, as_choice, as_int
 from ...formats.varlen import hf_flattening_batch
-from ._examples import read_example
+from ._examples import label_tokens, read_example
 from .._lazy import require_torch
 from ._masks import block_causal_mask
 from ._preference import collate_preference, is_preference, preference_settings, truncation_settings
@@ -154,6 +154,24 @@ class PackedCollator:
         if self.use_cache is not None:
             out["use_cache"] = self.use_cache
         return out
+
+    def label_tokens(self, dataset):
+        """How many tokens of each example of ``dataset`` this collator trains
+        (:func:`packlib.torch.label_tokens`). A :class:`packlib.BalancedBatchSampler` drawn
+        by a ``DataLoader`` with this collator (declared with ``drawn_by``) counts its steps'
+        trained tokens by it.
+
+        Parameters
+        ----------
+        dataset : sequence of examples
+            As for :func:`packlib.torch.label_tokens`.
+
+        Returns
+        -------
+        numpy.ndarray
+            int64, one count per example.
+        """
+        return label_tokens(dataset)
 
 
 PackedCollator.__module__ = "packlib.torch"  # pickles and reprs name the public path, which never moves

@@ -1,5 +1,5 @@
 """Trainers: balanced, packed steps in ``transformers.Trainer`` and TRL's trainers
-(:func:`balance_trainer`), and TRL's trainers on packed rows: ``PackedDPOTrainer``,
+(:func:`balance_trainer`, through :class:`BalancedTrainerMixin`), and TRL's trainers on packed rows: ``PackedDPOTrainer``,
 ``PackedRewardTrainer``, ``PackedKTOTrainer`` and ``PackedGRPOTrainer`` (:class:`PackedGRPOMixin`)
 are TRL's ``DPOTrainer``, ``RewardTrainer``, ``KTOTrainer`` and ``GRPOTrainer`` with the packed
 path, built when first imported, so TRL is needed only then.
@@ -15,10 +15,11 @@ path, built when first imported, so TRL is needed only then.
 """
 from __future__ import annotations
 
+from ._balanced import BalancedTrainerMixin, public_class
 from ._trainer import balance_trainer
 from ._trl_grpo import PackedGRPOMixin, packed_grpo_trainer
 
-__all__ = ["balance_trainer", "PackedGRPOMixin"]
+__all__ = ["balance_trainer", "BalancedTrainerMixin", "PackedGRPOMixin"]
 #: TRL's trainers on packed rows, built on first access (they subclass TRL's)
 TRL_TRAINERS = ("PackedDPOTrainer", "PackedRewardTrainer", "PackedKTOTrainer", "PackedGRPOTrainer")
 
@@ -30,4 +31,7 @@ def __getattr__(name):
         from ._trl_preference import trainer_class
 
         return trainer_class(name)
+    made = public_class(name)  # a balanced trainer class or its callback, as pickles name them
+    if made is not None:
+        return made
     raise AttributeError(f"module 'packlib.torch.trainers' has no attribute {name!r}")

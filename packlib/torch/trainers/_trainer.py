@@ -1,15 +1,18 @@
 """Balanced steps in ``transformers.Trainer`` and TRL's trainers: :func:`balance_trainer`.
 
-The Trainer draws its training data from :meth:`Trainer.get_train_dataloader`, a
-``DataLoader`` with its own sampler that Accelerate then shards. :func:`balance_trainer`
-replaces that method on one trainer with a ``DataLoader`` over the planned epochs of a
-:class:`packlib.BalancedBatchSampler`, end to end, prepared by the trainer's own
-``Accelerator`` and declared to the stream (``drawn_by``: each process gets exactly its
-micro-batches), and
-adds a callback that sets the epoch at every epoch the Trainer begins, a resumed one included. The
-Trainer's own machinery does the rest: ``gradient_accumulation_steps`` micro-batches per
-optimizer step, each step's loss the token mean over all of them on every rank
-(``num_items_in_batch``), and ``train(resume_from_checkpoint=...)`` skipping what was trained.
+The Trainer draws its training data from :meth:`Trainer.get_train_dataloader`, its
+documented override point, a ``DataLoader`` with its own sampler that Accelerate then shards.
+:func:`balance_trainer` checks the trainer and gives it the planned epochs of a
+:class:`packlib.BalancedBatchSampler`, end to end, through :class:`BalancedTrainerMixin`,
+whose ``get_train_dataloader`` draws them prepared by the trainer's own ``Accelerator`` and
+declared to the stream (``drawn_by``: each process gets exactly its micro-batches); a
+trainer of another class is switched to that class with the mixin first (one class per
+trainer class, picklable), never a function set on the instance. It adds a callback that
+sets the epoch at every epoch the Trainer begins, a resumed one included. The Trainer's own
+machinery does the rest: ``gradient_accumulation_steps`` micro-batches per optimizer step,
+each step's loss the token mean over all of them on every rank (``num_items_in_batch``),
+and ``train(resume_from_checkpoint=...)`` skipping what was trained. The model and the
+user's ``TrainingArguments`` are left as they were.
 
 >>> import packlib
 >>> from packlib.torch import balance_trainer                            # doctest: +SKIP
@@ -21,27 +24,17 @@ optimizer step, each step's loss the token mean over all of them on every rank
 """
 from __future__ import annotations
 
-import functools
+import copy
 import warnings
 
-import numpy as np
-
-from ..._compat import check_versions, collator_with_removed_columns, remove_unused_columns
+from ..._compat import check_versions
 from ...balancing._epochs import EpochStream
-from ...balancing._sampler import BalancedBatchSampler, set_label_counter
+from ...balancing._sampler import BalancedBatchSampler
 from ..check._trainer import add_packing_check
-from ..collate._examples import label_tokens
 from ..collate._padded import PaddedCollator
-from .._lazy import require_torch
+from ._balanced import balanced_class, epoch_callback_class
 from ._checks import check_trainer
 from ._trl_preference import refuse_unweighted
-
-set_label_counter(label_tokens)  # the sampler counts what this package's collator trains
-
-_LOADER_ARGS = {"num_workers": "dataloader_num_workers", "pin_memory": "dataloader_pin_memory",
-                "persistent_workers": "dataloader_persistent_workers",
-                "multiprocessing_context": "dataloader_multiprocessing_context",
-                "prefetch_factor": "dataloader_prefetch_factor", "in_order": "dataloader_in_order"}
 
 
 def balance_trainer(trainer, sampler, *, check_packing: bool = True):
@@ -56,7 +49,10 @@ def balance_trainer(trainer, sampler, *, check_packing: bool = True):
         ``data_collator`` that packs a micro-batch into one row
         (:class:`packlib.torch.PackedCollator`), or, for a model that cannot pack,
         :class:`packlib.torch.PaddedCollator` with a sampler built with ``padded=True`` (a
-        ``UserWarning`` without it). Changed in place.
+        ``UserWarning`` without it). Changed in place: its class becomes
+        ``(BalancedTrainerMixin, its class)`` (:class:`packlib.torch.BalancedTrainerMixin`,
+        kept when it already has the mixin), whose ``get_train_dataloader`` draws the
+        balanced steps; its model is not touched.
     sampler : packlib.BalancedBatchSampler
         Built from the lengths of ``trainer.train_dataset`` (as the trainer holds it, after
         any preparation of its own), with ``rank=args.process_index``,
@@ -78,7 +74,9 @@ def balance_trainer(trainer, sampler, *, check_packing: bool = True):
     epoch of its own for as many steps as its first. So the Trainer draws the planned epochs
     end to end, its own epochs cut at the first planned epoch's steps, and stops when
     ``num_train_epochs`` planned epochs are done:
-    ``args.max_steps`` is set to their steps (unless it was set), every planned epoch is
+    the trainer's ``args`` becomes its own copy of the user's, whose ``max_steps`` is their
+    steps (unless ``max_steps`` was set; the user's ``TrainingArguments`` object is never
+    changed, so another trainer built from it is not affected), every planned epoch is
     trained exactly once, whole, and a resume lands on the micro-batch where the run stopped.
     Each step's loss is the token mean over all its micro-batches on every rank with the
     Trainer's default ``average_tokens_across_devices=True`` (with ``False`` each rank divides
@@ -124,17 +122,32 @@ def balance_trainer(trainer, sampler, *, check_packing: bool = True):
                          "rank=args.process_index, world_size=args.world_size")
     _check_collator(trainer.data_collator, sampler)
     check_trainer(trainer, sampler)
-    if args.max_steps > 0:
-        stream = EpochStream(sampler, total_steps=args.max_steps)
-    else:
-        stream = EpochStream(sampler, epochs=args.num_train_epochs)
-        args.max_steps = stream.total_steps  # the Trainer stops when the planned epochs end, each whole
-    trainer.get_train_dataloader = lambda: _train_dataloader(trainer, stream)
-    trainer.add_callback(_epoch_callback(stream))
+    _balance(trainer, sampler)
     add_packing_check(trainer, check_packing)  # check_packing on the model before the first step
     if callable(getattr(trainer, "packlib_balance", None)):
         trainer.packlib_balance()  # each step's loss: the mean over its pairs (examples), on every rank
     return trainer
+
+
+def _balance(trainer, sampler) -> None:
+    """Give ``trainer`` the planned epochs of ``sampler`` end to end: its class the balanced
+    one (:class:`BalancedTrainerMixin`), its own copy of the arguments where the steps are
+    set, and the callback that sets the stream's epoch (the previous one replaced)."""
+    given = trainer.__dict__.get("_packlib_given_args")
+    args = given[0] if given is not None and given[1] is trainer.args else trainer.args  # a second call: the user's
+    if args.max_steps > 0:
+        stream = EpochStream(sampler, total_steps=args.max_steps)
+    else:
+        stream = EpochStream(sampler, epochs=args.num_train_epochs)
+        own = copy.copy(args)  # the user's arguments stay as they were (another trainer may share them)
+        own.max_steps = stream.total_steps  # the Trainer stops when the planned epochs end, each whole
+        trainer._packlib_given_args = (args, own)
+        trainer.args = own
+    trainer.__class__ = balanced_class(type(trainer))
+    trainer.packlib_stream = stream
+    epochs = epoch_callback_class()
+    trainer.remove_callback(epochs)
+    trainer.add_callback(epochs(stream))
 
 
 def _check_collator(collator, sampler) -> None:
@@ -149,72 +162,3 @@ def _check_collator(collator, sampler) -> None:
                       "longest: more tokens computed, and up to sequences x max_sequence_length of them in memory); "
                       "build the sampler with padded=True (micro-batches of similar lengths, at most "
                       "max_sequence_length tokens with their padding)", UserWarning, stacklevel=3)
-
-
-def _train_dataloader(trainer, stream):
-    """What ``trainer.get_train_dataloader()`` returns: a ``DataLoader`` drawing ``stream``,
-    prepared by the trainer's ``Accelerator``."""
-    torch = require_torch()
-    from transformers.trainer_utils import seed_worker
-
-    dataset, collator = trainer.train_dataset, trainer.data_collator
-    if dataset is None or isinstance(dataset, torch.utils.data.IterableDataset) or not hasattr(dataset, "__len__"):
-        raise ValueError("a balanced schedule needs a train_dataset with a len() and indexing (a datasets.Dataset, "
-                         "a list of examples), not an iterable dataset")
-    if hasattr(dataset, "column_names") and hasattr(dataset, "with_format"):  # a datasets.Dataset
-        dataset = remove_unused_columns(trainer, dataset)
-    else:
-        collator = collator_with_removed_columns(trainer, collator)
-    _check_rows(dataset, stream.source)
-    args = trainer.args
-    kwargs = {k: getattr(args, a) for k, a in _LOADER_ARGS.items() if hasattr(args, a)}
-    kwargs["worker_init_fn"] = functools.partial(seed_worker, num_workers=args.dataloader_num_workers,
-                                                 rank=args.process_index)
-    loader = torch.utils.data.DataLoader(dataset, batch_sampler=stream, collate_fn=collator, **kwargs)
-    return stream.drawn_by(trainer.accelerator.prepare(loader))
-
-
-def _check_rows(dataset, sampler) -> None:
-    """The dataset is the one the sampler was planned for: as many rows, of its lengths."""
-    lengths = sampler._settings.lengths
-    if len(dataset) != lengths.size:
-        raise ValueError(f"the trainer's train_dataset holds {len(dataset):,} rows but the sampler was built from "
-                         f"{lengths.size:,} lengths (a trainer's preparation may truncate or drop rows: TRL's "
-                         "max_length; build the sampler from the lengths of trainer.train_dataset)")
-    names = getattr(dataset, "column_names", None)
-    if sampler._settings.group_lengths is not None:
-        return  # 2-D lengths: a sample is a group (its row holds more than one sequence)
-    if not isinstance(names, list) or "input_ids" not in names or "attention_mask" in names:
-        return  # only a datasets.Dataset's token lists are read here (padding: lengths may count real tokens)
-    from ...formats.arrow._columns import _column_lengths
-
-    have = _column_lengths(dataset.select_columns(["input_ids"]).with_format("arrow")[:].column("input_ids"))
-    bad = np.flatnonzero(have != lengths)
-    if bad.size:
-        i = int(bad[0])
-        raise ValueError(f"row {i} of the trainer's train_dataset holds {int(have[i])} input_ids but the sampler "
-                         f"planned {int(lengths[i])} tokens for it ({bad.size:,} rows differ; a trainer's preparation "
-                         "may truncate them: TRL's max_length): build the sampler from the lengths of "
-                         "trainer.train_dataset")
-
-
-_CALLBACK = None
-
-
-def _epoch_callback(stream):
-    """A ``TrainerCallback`` that sets ``stream``'s epoch when the Trainer begins one: the
-    epoch the Trainer is in, ``global_step // steps per epoch`` (a resume included), which
-    Accelerate's ``set_epoch`` does not reach through its wrappers after a skip."""
-    global _CALLBACK
-    if _CALLBACK is None:
-        from transformers import TrainerCallback
-
-        class BalancedEpochs(TrainerCallback):
-            def __init__(self, stream):
-                self.stream = stream
-
-            def on_epoch_begin(self, args, state, control, **kwargs):
-                self.stream.set_epoch(state.global_step // self.stream.steps_per_epoch)
-
-        _CALLBACK = BalancedEpochs
-    return _CALLBACK(stream)

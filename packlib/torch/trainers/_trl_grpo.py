@@ -43,10 +43,14 @@ class PackedGRPOMixin:
     (:func:`packlib.torch.check_packing`); ``packlib_check_packing=False`` turns the check off.
 
     Refused (``ValueError``): images (vision-language models: use ``GRPOTrainer``), MoE
-    auxiliary losses, completions whose mask is not one run of ones from their start.
+    auxiliary losses, completions whose mask is not one run of ones from their start. Refused
+    when constructed (``RuntimeError``, naming the installed and the supported versions):
+    transformers, Accelerate or TRL outside the supported range (docs/training.md,
+    "Supported versions"), on any class the mixin is in, as ``PackedGRPOTrainer`` is refused.
     """
 
     def __init__(self, *args, packlib_check_packing: bool = True, **kwargs):
+        check_versions(("transformers", "accelerate", "trl"), f"packlib.torch.PackedGRPOMixin ({type(self).__name__})")
         super().__init__(*args, **kwargs)
         add_packing_check(self, packlib_check_packing)
 
