@@ -268,6 +268,32 @@ def test_balance_trainer_trains_a_recurrent_model_unpacked_as_each_sequence_alon
     assert max(float((a - b).abs().max()) for a, b in zip(_params(_mamba2()), _params(m))) > 1e-4  # it trained
 
 
+def test_trls_sft_trainer_trains_a_recurrent_model_unpacked_as_each_sequence_alone(tmp_path):
+    """The same recipe through TRL's SFTTrainer (its own loss and metrics on PaddedCollator's
+    padded rows): equal to SGD on each planned step's token-mean loss over its sequences alone."""
+    trl = pytest.importorskip("trl", reason="TRL's SFTTrainer")
+    datasets = pytest.importorskip("datasets")
+    from tests import _trainer_worker as worker
+    from tests import naive_training as ref
+    from tests._preference_trainers import tokenizer
+
+    lengths, ids, labels = worker.samples()
+    args = trl.SFTConfig(str(tmp_path / "sft"), per_device_train_batch_size=1, gradient_accumulation_steps=2,
+                         num_train_epochs=1, max_length=None, learning_rate=1e-2, optim="sgd", lr_scheduler_type="constant",
+                         max_grad_norm=0.0, report_to=[], use_cpu=True, save_strategy="no", disable_tqdm=True, bf16=False)
+    trainer = trl.SFTTrainer(model=_mamba2(), args=args, processing_class=tokenizer(), data_collator=PaddedCollator(),
+                             train_dataset=datasets.Dataset.from_dict({"input_ids": ids, "labels": labels}))
+    sampler = packlib.BalancedBatchSampler(lengths, 64, rank=0, world_size=1, micro_batches=2, padded=True)
+    balance_trainer(trainer, sampler).train()
+    schedule = packlib.balance(lengths, 64, world_size=1, micro_batches=2, padded=True)
+    assert trainer.state.global_step == schedule.num_steps
+    steps = [[(ids[i], ref.trained_tokens(len(ids[i]), labels=labels[i]), labels[i]) for mb in step for i in mb]
+             for step in schedule.rank(0)]
+    m = _mamba2()
+    ref.train_steps(m, torch.optim.SGD(m.parameters(), lr=1e-2), steps)
+    assert max(float((a - b).abs().max()) for a, b in zip(_params(trainer.model), _params(m))) < 2e-6
+
+
 def test_packed_dpo_trainer_refuses_a_leaking_model_before_any_step(tmp_path):
     pytest.importorskip("trl")
     from tests import _preference_trainers as P
