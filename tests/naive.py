@@ -140,8 +140,9 @@ def weighted_nnls(A, b, w):
     return x
 
 
-def min_packs_bruteforce(lengths, L, depth=None):
-    """Optimal number of packs by exhaustive search (tiny inputs only)."""
+def min_packs_bruteforce(lengths, L, depth=None, size=sum):
+    """Optimal number of packs by exhaustive search (tiny inputs only); a pack's ``size(pack)``
+    (its tokens by default) must stay within ``L``."""
     items = sorted(lengths, reverse=True)
     best = [len(items)]
 
@@ -153,14 +154,14 @@ def min_packs_bruteforce(lengths, L, depth=None):
             return
         tried = set()
         for p in packs:
-            key = (sum(p), len(p))
+            key = (size(p), len(p))
             if key in tried:
                 continue
             tried.add(key)
-            if sum(p) + items[i] <= L and (depth is None or len(p) < depth):
-                p.append(items[i])
+            p.append(items[i])
+            if size(p) <= L and (depth is None or len(p) <= depth):
                 rec(i + 1, packs)
-                p.pop()
+            p.pop()
         packs.append([items[i]])
         rec(i + 1, packs)
         packs.pop()

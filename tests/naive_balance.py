@@ -82,29 +82,9 @@ def padded_micro_batches(lengths, max_sequence_length, depth=None):
 def fewest_padded_micro_batches(lengths, max_sequence_length, depth=None):
     """The fewest micro-batches any partition of ``lengths`` needs (``sequences x longest <=
     max_sequence_length``, ``sequences <= depth``): every partition tried (a few lengths)."""
-    best = len(lengths)
+    from .naive import min_packs_bruteforce
 
-    def fits(group):
-        return len(group) * max(group) <= max_sequence_length and (depth is None or len(group) <= depth)
-
-    def place(i, groups):
-        nonlocal best
-        if len(groups) >= best:
-            return
-        if i == len(lengths):
-            best = len(groups)
-            return
-        for g in groups:
-            g.append(lengths[i])
-            if fits(g):
-                place(i + 1, groups)
-            g.pop()
-        groups.append([lengths[i]])
-        place(i + 1, groups)
-        groups.pop()
-
-    place(0, [])
-    return best
+    return min_packs_bruteforce(lengths, max_sequence_length, depth, size=lambda g: len(g) * max(g))
 
 
 def padded_rank_costs(steps, lengths, a, b):

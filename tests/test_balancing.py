@@ -184,11 +184,12 @@ def test_drop_last_false_schedules_everything_with_equal_counts():
     assert per_rank == [s.num_steps] * 3
 
 
-def test_determinism_across_processes():
+@pytest.mark.parametrize("padded", [False, True])
+def test_determinism_across_processes(padded):
     code = ("import numpy as np, packlib, hashlib\n"
             "x = np.clip(np.rint(np.random.default_rng(5).lognormal(6, 1, 20000)), 1, 4096).astype(np.int64)\n"
             "s = packlib.balance(x, 4096, 4, world_size=4, micro_batches=2, cost=packlib.transformer_cost(2048),"
-            " seed=11, epoch=2)\n"
+            f" seed=11, epoch=2, padded={padded})\n"
             "print(hashlib.sha256(s.packs.indices.tobytes() + s.packs.offsets.tobytes() + s.cost.tobytes()).hexdigest())")
     outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                            env={"PYTHONHASHSEED": str(k), "PATH": ""}).stdout for k in (0, 1)}
