@@ -212,7 +212,7 @@ def _use_built(kernel) -> None:
     kernel._cache = built if _building() else _BuiltThenOwn(built, kernel._cache)
 
 
-def built_usable(kernel) -> bool:
+def _built_usable(kernel) -> bool:
     """Whether ``kernel`` was compiled into the package for this machine, numba and source."""
     cache = getattr(kernel, "_cache", None)
     if not isinstance(cache, _BuiltThenOwn):
@@ -235,7 +235,7 @@ def compile_for(kernel, *sample_args) -> None:
 def is_compiled(kernel) -> bool:
     """Whether ``kernel`` is compiled in this process or has an index in numba's on-disk
     cache (the index may not hold every signature: a cheap look, not a promise)."""
-    if not isinstance(kernel, CPUDispatcher) or kernel.signatures or built_usable(kernel):
+    if not isinstance(kernel, CPUDispatcher) or kernel.signatures or _built_usable(kernel):
         return True
     own = getattr(kernel._cache, "own", kernel._cache)
     try:
