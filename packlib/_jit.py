@@ -56,7 +56,8 @@ class _CompileNotice(_event.Listener):
         if getattr(getattr(dispatcher, "py_func", None), "__module__", "").startswith("packlib."):
             type(self).said = True
             print("packlib: compiling kernels for their first use on this machine (seconds; numba caches them, "
-                  "so later runs load them quickly)", file=sys.stderr, flush=True)
+                  "so later runs load them quickly; `python -m packlib compile` compiles the first calls' kernels "
+                  "into the package once, for every process here)", file=sys.stderr, flush=True)
 
     def on_end(self, event):
         pass
