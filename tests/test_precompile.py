@@ -15,6 +15,7 @@ from packlib import _precompile
 from packlib.cli import main
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+_N = 5_000  # lengths in the calls' inputs
 
 # the calls a newcomer makes first; prints the packlib kernels compiled and each answer
 _CALLS = """
@@ -33,7 +34,7 @@ import numpy as np
 import packlib
 assert packlib.__file__.startswith(sys.argv[1]), packlib.__file__
 rng = np.random.default_rng(0)
-lengths = np.clip(np.rint(rng.lognormal(np.log(512), 0.9, 20_000)), 1, 2048).astype(np.int64)
+lengths = np.clip(np.rint(rng.lognormal(np.log(512), 0.9, int(sys.argv[3]))), 1, 2048).astype(np.int64)
 h = packlib.histogram(lengths, 2048)
 out = {}
 for what in sys.argv[2].split(","):
@@ -45,6 +46,8 @@ for what in sys.argv[2].split(","):
         out[what] = [row.packs for row in packlib.compare(h, progress=False, time_limit=None)]
     elif what == "bfd":
         out[what] = packlib.pack(lengths, 2048, method="bfd", max_sequences_per_pack=None).num_packs
+    elif what == "spfhp":
+        out[what] = packlib.spfhp_pack(h).num_packs
     elif what == "bfd2":
         out[what] = packlib.bfd_pack(lengths, 2048, 2).num_packs
     elif what == "assign":
@@ -69,7 +72,7 @@ def _env(root: pathlib.Path, cache: pathlib.Path, **extra) -> dict:
 
 def _calls(root, cache, what, **extra):
     cache.mkdir(exist_ok=True)
-    out = subprocess.run([sys.executable, "-c", _CALLS, str(root), what], env=_env(root, cache, **extra),
+    out = subprocess.run([sys.executable, "-c", _CALLS, str(root), what, str(_N)], env=_env(root, cache, **extra),
                          capture_output=True, text=True, timeout=600, cwd=str(cache))
     assert out.returncode == 0, out.stdout + out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -79,43 +82,25 @@ def _listing(directory: pathlib.Path):
     return sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in directory.iterdir())
 
 
-@pytest.fixture(scope="module")
-def compiled(tmp_path_factory):
-    """A copy of the package with the first calls' kernels compiled into it by the command."""
-    root = _copy_package(tmp_path_factory.mktemp("installed"))
-    out = subprocess.run([sys.executable, "-m", "packlib", "compile"], capture_output=True, text=True, timeout=600,
-                         env=_env(root, tmp_path_factory.mktemp("unused-cache")), cwd=str(root))
-    assert out.returncode == 0, out.stdout + out.stderr
-    built = root / "packlib" / "_kernels" / "_built"
-    assert "compiled the kernels of the first calls into" in out.stdout and str(built) in out.stdout
-    return root, built
-
-
 _FIRST = "nnls512,nnls2048,compare,bfd,assign"
 
 
-def test_the_first_calls_compile_nothing_and_answer_as_without_them(compiled, tmp_path):
-    root, built = compiled
+def test_the_compiled_package(tmp_path):
+    """One test (one compile, on one worker): after ``python -m packlib compile`` on a copy of
+    the package, the first calls compile nothing and answer as this process does; a kernel
+    it did not compile goes to numba's cache, never into the package; another CPU loads
+    nothing from it."""
+    root = _copy_package(tmp_path / "installed")
+    out = subprocess.run([sys.executable, "-m", "packlib", "compile"], capture_output=True, text=True, timeout=600,
+                         env=_env(root, tmp_path / "unused-cache"), cwd=str(root))
+    assert out.returncode == 0, out.stdout + out.stderr
+    built = root / "packlib" / "_kernels" / "_built"
+    assert "compiled the kernels of the first calls into" in out.stdout and str(built) in out.stdout
+
     got = _calls(root, tmp_path / "empty", _FIRST)
     assert got["compiled"] == [], got["compiled"]
-    # this process's packlib (its own kernels) answers the same
-    import numpy as np
+    assert got["out"] == _answers()
 
-    import packlib
-
-    lengths = np.clip(np.rint(np.random.default_rng(0).lognormal(np.log(512), 0.9, 20_000)), 1, 2048).astype(np.int64)
-    h = packlib.histogram(lengths, 2048)
-    assert got["out"] == {
-        "nnls512": packlib.nnls_pack(packlib.datasets.wikipedia_512()).num_packs,
-        "nnls2048": packlib.nnls_pack(h, max_sequences_per_pack=None).num_packs,
-        "compare": [row.packs for row in packlib.compare(h, progress=False, time_limit=None)],
-        "bfd": packlib.pack(lengths, 2048, method="bfd", max_sequences_per_pack=None).num_packs,
-        "assign": int(packlib.lpfhp_pack(h).assign(lengths, seed=0).shuffled(seed=0).indices[:50].sum()),
-    }
-
-
-def test_other_kernels_compile_into_numbas_cache_and_leave_the_packages_alone(compiled, tmp_path):
-    root, built = compiled
     before = _listing(built)
     cache = tmp_path / "cache"
     first = _calls(root, cache, "crc,nnls512")
@@ -126,28 +111,43 @@ def test_other_kernels_compile_into_numbas_cache_and_leave_the_packages_alone(co
     again = _calls(root, cache, "crc")
     assert again["compiled"] == [] and again["out"]["crc"] == first["out"]["crc"] == 0xE3069283
 
+    # NUMBA_CPU_NAME stands in for another machine: the package's kernels (this CPU's) are not
+    # loaded; the call compiles and answers the same
+    there = _calls(root, tmp_path / "there", "spfhp", NUMBA_CPU_NAME="generic")
+    assert "spfhp" in there["compiled"] and there["out"]["spfhp"] == _answers(spfhp=True)["spfhp"]
 
-def test_another_cpu_compiles_as_without_them(compiled, tmp_path):
-    """NUMBA_CPU_NAME stands in for another machine: the package's kernels (this CPU's) are
-    not loaded; the calls compile and answer the same."""
-    root, _ = compiled
-    here = _calls(root, tmp_path / "here", "bfd")
-    there = _calls(root, tmp_path / "there", "bfd", NUMBA_CPU_NAME="generic")
-    assert here["compiled"] == [] and there["compiled"] and there["out"] == here["out"]
+
+def _answers(spfhp=False):
+    """What this process's packlib (its own kernels) answers to _CALLS."""
+    import numpy as np
+
+    import packlib
+
+    lengths = np.clip(np.rint(np.random.default_rng(0).lognormal(np.log(512), 0.9, _N)), 1, 2048).astype(np.int64)
+    h = packlib.histogram(lengths, 2048)
+    if spfhp:
+        return {"spfhp": packlib.spfhp_pack(h).num_packs}
+    return {
+        "nnls512": packlib.nnls_pack(packlib.datasets.wikipedia_512()).num_packs,
+        "nnls2048": packlib.nnls_pack(h, max_sequences_per_pack=None).num_packs,
+        "compare": [row.packs for row in packlib.compare(h, progress=False, time_limit=None)],
+        "bfd": packlib.pack(lengths, 2048, method="bfd", max_sequences_per_pack=None).num_packs,
+        "assign": int(packlib.lpfhp_pack(h).assign(lengths, seed=0).shuffled(seed=0).indices[:50].sum()),
+    }
 
 
 def test_a_changed_module_compiles_its_kernels_again(tmp_path):
     root = _copy_package(tmp_path / "installed")
     env = _env(root, tmp_path / "unused")
     code = ("import sys; from packlib._precompile import compile_into_package; "
-            "compile_into_package(['family:per-sequence packing'], processes=1)")
+            "compile_into_package(['kernel:greedy.spfhp'], processes=1)")
     subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=600, cwd=str(tmp_path))
-    before = _calls(root, tmp_path / "a", "bfd2")
+    before = _calls(root, tmp_path / "a", "spfhp")
     assert before["compiled"] == []
-    binpack = root / "packlib" / "_kernels" / "binpack.py"
-    binpack.write_text(binpack.read_text() + "\n# edited after compiling\n")
-    after = _calls(root, tmp_path / "b", "bfd2")
-    assert "bfd" in after["compiled"] and after["out"] == before["out"], after
+    greedy = root / "packlib" / "_kernels" / "greedy.py"
+    greedy.write_text(greedy.read_text() + "\n# edited after compiling\n")
+    after = _calls(root, tmp_path / "b", "spfhp")
+    assert "spfhp" in after["compiled"] and after["out"] == before["out"], after
 
 
 def test_an_unwritable_package_is_refused_naming_what_to_do(tmp_path, capsys):
