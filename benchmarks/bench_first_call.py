@@ -17,7 +17,12 @@ compile helper). Rows:
 - ``nnls2048``: ``nnls_pack`` on 200,000 lognormal lengths (median 512, sigma 0.9), L = 2048;
 - ``compare2048``: ``packlib.compare(h)`` on the same histogram, its defaults;
 - ``warm2048``: ``nnls2048`` again in a new process, the cache warm;
-- ``readonly2048``: ``nnls2048`` in a second process of a read-only install.
+- ``readonly2048``: ``nnls2048`` in a second process of a read-only install;
+- ``compile``: ``python -m packlib compile`` on a copy of the package (once per install);
+- ``compiled512``, ``compiled2048``, ``compiledcompare``: ``nnls512``, ``nnls2048`` and
+  ``compare2048`` on that copy, each in a fresh process with an empty ``NUMBA_CACHE_DIR`` and
+  a fresh ``HOME`` (a container started from an image whose build step ran the command, a
+  node of a shared install). A checkout without the command shows none of these.
 """
 from __future__ import annotations
 
@@ -58,7 +63,13 @@ ROWS = {
     "compare2048": "cold `packlib.compare(h)`, the same, L = 2048",
     "warm2048": "warm `nnls_pack` with the import, L = 2048 (second process)",
     "readonly2048": "read-only install, second process, L = 2048",
+    "compile": "`python -m packlib compile` (once, where the package is installed)",
+    "compiled512": "after it: cold `nnls_pack`, Wikipedia L = 512 (empty cache, fresh HOME)",
+    "compiled2048": "after it: cold `nnls_pack`, L = 2048",
+    "compiledcompare": "after it: cold `compare(h)`, L = 2048",
 }
+_COMPILED = {"compiled512": "nnls512", "compiled2048": "nnls2048", "compiledcompare": "compare2048"}
+_compiled_copies: dict = {}  # root -> a copy of its package with the kernels compiled into it
 
 
 def _env(root: pathlib.Path, cache: str | None, home: str | None = None) -> dict:
@@ -86,8 +97,41 @@ def _unprivileged() -> list[str] | None:
     return ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if shutil.which("setpriv") else None
 
 
-def measure(row: str, root: pathlib.Path) -> tuple[float, float]:
-    """One measurement of ``row`` for the checkout at ``root``, in fresh processes."""
+def _compile_copy(root: pathlib.Path) -> tuple[float, float]:
+    """A fresh copy of ``root``'s package with ``python -m packlib compile`` run on it (kept
+    for the compiled rows); the command's seconds and peak memory (its compile processes)."""
+    import time
+
+    copy = pathlib.Path(tempfile.mkdtemp(prefix="packlib-compiled-"))
+    shutil.copytree(root / "packlib", copy / "packlib", ignore=shutil.ignore_patterns("__pycache__", "_built"))
+    # the command's own peak: its largest process (it, or a helper it compiled with)
+    wrapper = ("import resource, subprocess, sys; subprocess.run([sys.executable, '-m', 'packlib', 'compile'], "
+               "check=True, capture_output=True); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+    with tempfile.TemporaryDirectory() as cache:
+        t0 = time.perf_counter()
+        out = subprocess.run([sys.executable, "-c", wrapper], env=_env(copy, cache), check=True, capture_output=True,
+                             text=True, cwd=tempfile.gettempdir())
+        seconds = time.perf_counter() - t0
+    old = _compiled_copies.pop(root, None)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    _compiled_copies[root] = copy
+    return seconds, int(out.stdout.split()[-1]) / 1024
+
+
+def measure(row: str, root: pathlib.Path) -> tuple[float, float] | None:
+    """One measurement of ``row`` for the checkout at ``root``, in fresh processes (None:
+    the checkout has no ``compile`` command)."""
+    if row == "compile" or row in _COMPILED:
+        if not (root / "packlib" / "_precompile.py").exists():
+            return None
+        if row == "compile" or root not in _compiled_copies:
+            result = _compile_copy(root)
+            if row == "compile":
+                return result
+        copy = _compiled_copies[root]
+        with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as home:
+            return _run(_COMPILED[row], copy, _env(copy, cache, home))
     with tempfile.TemporaryDirectory() as cache:
         if row in ("nnls512", "nnls2048", "compare2048"):
             return _run(row, root, _env(root, cache))
@@ -122,9 +166,10 @@ def main() -> None:
     for _ in range(args.repeat):
         for row in args.rows:
             for root in roots:
-                seconds, peak = measure(row, root)
-                times[row, root].append(seconds)
-                peaks[row, root].append(peak)
+                got = measure(row, root)
+                if got is not None:
+                    times[row, root].append(got[0])
+                    peaks[row, root].append(got[1])
     head = "| first call | this checkout (min–max) | peak |"
     head += " baseline (min–max) | peak | baseline / this |" if args.against else ""
     print(head)
@@ -133,9 +178,12 @@ def main() -> None:
         cells = [ROWS[row]]
         for root in roots:
             t = times[row, root]
-            cells += [f"{statistics.median(t):.2f} s ({min(t):.2f}–{max(t):.2f})", f"{max(peaks[row, root]):,.0f} MiB"]
-        if args.against:
+            cells += ([f"{statistics.median(t):.2f} s ({min(t):.2f}–{max(t):.2f})", f"{max(peaks[row, root]):,.0f} MiB"]
+                      if t else ["–", "–"])
+        if args.against and times[row, ROOT] and times[row, roots[1]]:
             cells.append(f"{statistics.median(times[row, roots[1]]) / statistics.median(times[row, ROOT]):.2f}x")
+        elif args.against:
+            cells.append("–")
         print("| " + " | ".join(cells) + " |")
     if args.demo:
         for root in roots:
@@ -146,6 +194,8 @@ def main() -> None:
                 subprocess.run([sys.executable, "-m", "packlib", "demo"], env=_env(root, cache), check=True,
                                capture_output=True, cwd=tempfile.gettempdir())
                 print(f"`python -m packlib demo`, cold cache, {root}: {time.perf_counter() - t0:.1f} s")
+    for copy in _compiled_copies.values():
+        shutil.rmtree(copy, ignore_errors=True)
     print(f"\n({args.repeat} runs each, interleaved; {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f} at the end)")
 
 

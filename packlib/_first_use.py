@@ -32,6 +32,11 @@ def _f64(*shape):
     return np.zeros(shape, np.float64)
 
 
+def _readonly(a):
+    a.flags.writeable = False
+    return a
+
+
 _N = np.int64(1)
 
 # unit -> (kernel module, kernel name, sample arguments of the types the calls pass)
@@ -46,6 +51,19 @@ UNITS = {
     "exchange.repair_pass": ("exchange", "repair_pass", lambda: (_i64(1), _i64(1), _i64(1), _i64(1), _N, _N, _N, _N)),
     "exchange.pair_pass": ("exchange", "pair_pass",
                            lambda: (_i64(1), _i64(1), _i64(1), _i64(1), _N, _N, _N, _N, _N)),
+    # the rest of the optimal packer and the lower bound (packlib.optimal), for a build
+    # without scipy (packlib._build)
+    "optimal.exact_fill": ("optimal", "exact_fill", lambda: (_i64(1), _N, _N, _N)),
+    "optimal.price": ("optimal", "price", lambda: (_f64(1), _i64(1), _N, _N, 1.0, _N, True)),
+    "optimal.round_columns": ("optimal", "round_columns", lambda: (_i64(1, 1), _f64(1), _i64(1))),
+    "optimal.max_pack_value": ("optimal", "max_pack_value", lambda: (_i64(1), _f64(1), _N, _N)),
+    "optimal.max_pack_value-int64": ("optimal", "max_pack_value", lambda: (_i64(1), _i64(1), _N, _N)),
+    "optimal.pack_value_at_most": ("optimal", "pack_value_at_most",
+                                   lambda: (_readonly(_i64(1)), _readonly(_i64(1)), np.zeros(1, bool), _N, _N)),
+    "exchange.pack_arena": ("exchange", "pack_arena", lambda: (_i64(1), _i64(1), _i64(1))),
+    "exchange.kept_rows": ("exchange", "kept_rows", lambda: (_i64(1), _i64(1), _i64(1), _i64(1), _N)),
+    "relaxed.expand_bucket_packs": ("relaxed", "expand_bucket_packs",
+                                    lambda: (_i64(1, 1), _i64(1), _i64(1), _i64(1), _i64(1))),
 }
 
 #: :func:`packlib.nnls_pack`'s kernels, the costliest first.

@@ -7,6 +7,11 @@ imports numba or passes numba options (``tests/test_lint.py`` checks it).
   where the package is read-only, to numba's user-wide cache, ``~/.cache/numba``), so only
   the first call on a machine pays for compilation. Where no cache can be written at all,
   a one-line note says so and kernels compile uncached.
+- Kernels compiled into the package: ``python -m packlib compile`` (:mod:`packlib._precompile`)
+  compiles the kernels of the first calls into ``_kernels/_built``, and each kernel loads
+  from there before numba's own cache is looked at: any user, any ``NUMBA_CACHE_DIR``,
+  read-only or not. They are keyed by their module's content, the numba version, Python's
+  bytecode and this machine's CPU: anything else compiles and caches as above.
 - ``nogil=True``: kernels release the GIL, so callers may run them from threads (the
   threaded builds of :func:`packlib.blend` do; numba's ``parallel=True`` is not used: its
   cached code has crashed when the thread count changed, pynndescent #175).
@@ -25,13 +30,16 @@ imports numba or passes numba options (``tests/test_lint.py`` checks it).
 """
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
 import sys
 
 import numba
 import numpy as np
+from numba.core import caching as _caching
 from numba.core import event as _event
-from numba.core.registry import CPUDispatcher
+from numba.core.registry import CPUDispatcher, cpu_target
 
 _SERIAL = dict(cache=True, nogil=True, error_model="numpy", no_cfunc_wrapper=True)
 
@@ -48,7 +56,8 @@ class _CompileNotice(_event.Listener):
         if getattr(getattr(dispatcher, "py_func", None), "__module__", "").startswith("packlib."):
             type(self).said = True
             print("packlib: compiling kernels for their first use on this machine (seconds; numba caches them, "
-                  "so later runs load them quickly)", file=sys.stderr, flush=True)
+                  "so later runs load them quickly; `python -m packlib compile` compiles the first calls' kernels "
+                  "into the package once, for every process here)", file=sys.stderr, flush=True)
 
     def on_end(self, event):
         pass
@@ -84,8 +93,10 @@ def jit(fn):
             raise
         _note_no_cache()
         kernel = numba.njit(**dict(options, cache=False))(fn)
-    if inner and isinstance(kernel, CPUDispatcher):  # not under NUMBA_DISABLE_JIT
-        kernel.__class__ = _InnerKernel
+    if isinstance(kernel, CPUDispatcher):  # not under NUMBA_DISABLE_JIT
+        if inner:
+            kernel.__class__ = _InnerKernel
+        _use_built(kernel)
     return kernel
 
 
@@ -102,6 +113,119 @@ def _note_no_cache() -> None:
               "directory to keep them", file=sys.stderr, flush=True)
 
 
+# ------------------------------------------------------- kernels compiled at build time
+BUILT_DIR = "_built"
+#: set in the interpreter packlib._precompile starts: what compiles goes to BUILT_DIR, only there
+BUILDING_ENV = "PACKLIB_COMPILING_INTO_PACKAGE"
+
+
+def _building() -> bool:
+    return os.environ.get(BUILDING_ENV) == "1"
+
+
+@functools.lru_cache(maxsize=None)
+def _content_hash(path: str, mtime_ns: int, size: int) -> str:
+    """The module's content hash (read once per version of the file in a process)."""
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+_Locator = getattr(_caching, "_CacheLocator", object)  # numba's; where a numba lacks them,
+_Impl = getattr(_caching, "CompileResultCacheImpl", object)  # _use_built does nothing
+_Function = getattr(_caching, "FunctionCache", object)
+
+
+class _BuiltLocator(_Locator):
+    """``BUILT_DIR`` beside the kernel's module, stamped with the module's content (not its
+    time stamp: an install or a copy changes that)."""
+
+    def __init__(self, py_func, py_file):
+        self._py_file = py_file
+        self._lineno = py_func.__code__.co_firstlineno
+        self._path = os.path.join(os.path.dirname(py_file), BUILT_DIR)
+
+    def ensure_cache_path(self):
+        if _building():  # read-only otherwise: only packlib._precompile writes here
+            super().ensure_cache_path()
+
+    def get_cache_path(self):
+        return self._path
+
+    def get_source_stamp(self):
+        st = os.stat(self._py_file)
+        return _content_hash(self._py_file, st.st_mtime_ns, st.st_size)
+
+    def get_disambiguator(self):
+        return str(self._lineno)
+
+    @classmethod
+    def from_function(cls, py_func, py_file):
+        self = cls(py_func, py_file)
+        return self if _building() or os.path.isdir(self._path) else None
+
+
+class _BuiltImpl(_Impl):
+    _locator_classes = [_BuiltLocator]
+
+
+class _BuiltCache(_Function):
+    _impl_class = _BuiltImpl
+
+
+class _BuiltThenOwn:
+    """numba's cache interface (what a dispatcher calls): load from the kernels compiled into
+    the package, then from numba's own cache; save to numba's own."""
+
+    def __init__(self, built, own):
+        self.built, self.own = built, own
+
+    @property
+    def cache_path(self):
+        return self.own.cache_path
+
+    def load_overload(self, sig, target_context):
+        data = self.built.load_overload(sig, target_context)
+        return data if data is not None else self.own.load_overload(sig, target_context)
+
+    def save_overload(self, sig, data):
+        self.own.save_overload(sig, data)
+
+    def enable(self):
+        self.built.enable()
+        self.own.enable()
+
+    def disable(self):
+        self.built.disable()
+        self.own.disable()
+
+    def flush(self):
+        self.own.flush()
+
+
+def _use_built(kernel) -> None:
+    """Let ``kernel`` load what was compiled into the package (or, compiling into it, save there)."""
+    if _Function is object:
+        return
+    try:
+        built = _BuiltCache(kernel.py_func)
+    except (RuntimeError, OSError, AttributeError, TypeError):  # none here, or another numba
+        return
+    kernel._cache = built if _building() else _BuiltThenOwn(built, kernel._cache)
+
+
+def _built_usable(kernel) -> bool:
+    """Whether ``kernel`` was compiled into the package for this machine, numba and source."""
+    cache = getattr(kernel, "_cache", None)
+    if not isinstance(cache, _BuiltThenOwn):
+        return False
+    try:
+        index = cache.built._cache_file._load_index()
+    except (OSError, EOFError, ValueError, AttributeError):
+        return False
+    host = cpu_target.target_context.codegen().magic_tuple()
+    return any(key[1] == host for key in index)
+
+
 def compile_for(kernel, *sample_args) -> None:
     """Compile ``kernel`` (or load it from the cache) for the types of ``sample_args``,
     without running it: how a helper process compiles a kernel for another's first call."""
@@ -112,10 +236,11 @@ def compile_for(kernel, *sample_args) -> None:
 def is_compiled(kernel) -> bool:
     """Whether ``kernel`` is compiled in this process or has an index in numba's on-disk
     cache (the index may not hold every signature: a cheap look, not a promise)."""
-    if not isinstance(kernel, CPUDispatcher) or kernel.signatures:
+    if not isinstance(kernel, CPUDispatcher) or kernel.signatures or _built_usable(kernel):
         return True
+    own = getattr(kernel._cache, "own", kernel._cache)
     try:
-        return os.path.exists(kernel._cache._cache_file._index_path)  # numba's FunctionCache
+        return os.path.exists(own._cache_file._index_path)  # numba's FunctionCache
     except AttributeError:  # another numba's cache, or caching off: say compiled, and compile as usual
         return True
 

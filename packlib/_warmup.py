@@ -67,11 +67,16 @@ def warmup(verbose: bool = False, *, processes: int = 1) -> float:
     """
     processes = as_positive_int(processes, "processes")
     t0 = time.perf_counter()
-    warm_in_processes([f"family:{name}" for name, _ in _FAMILIES], processes)
+    warm_in_processes(family_units(), processes)
     for name, warm in _FAMILIES:
         if warm() is not False:
             _step(name, verbose, t0)
     return time.perf_counter() - t0
+
+
+def family_units() -> list[str]:
+    """Every kernel family as a unit of :func:`run_unit`, in :func:`warmup`'s order."""
+    return [f"family:{name}" for name, _ in _FAMILIES]
 
 
 def warm_in_processes(units, processes: int) -> None:

@@ -1,4 +1,4 @@
-"""Command line: ``python -m packlib {demo,pack,mlperf-bert,pack-dataset} ...``.
+"""Command line: ``python -m packlib {demo,pack,compile,mlperf-bert,pack-dataset} ...``.
 
 Every expected failure (bad input, a missing or unwritable file) is one line on stderr,
 ``error: ...``, and exit status 2 (a failed verify: 1); ``--debug`` shows the traceback.
@@ -127,6 +127,18 @@ def _pack(args) -> int:
     return 0
 
 
+def _compile(args) -> int:
+    from ._precompile import UNITS, built_dir, compile_into_package
+    from ._warmup import family_units
+
+    units = list(UNITS) + (family_units() if args.all else [])
+    seconds = compile_into_package(units, processes=args.processes)
+    print(f"compiled the kernels of {'every family' if args.all else 'the first calls'} into {built_dir()} in "
+          f"{seconds:.1f} s: every process on this machine loads them from there (numba, Python and the "
+          "package as they are now; anything else compiles on first use)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
@@ -152,6 +164,14 @@ def build_parser() -> argparse.ArgumentParser:
     pack.add_argument("--max-sequences-per-pack", type=_depth_arg, default=3)
     pack.add_argument("--output", "-o", help="write the plan (MLPerf metadata keys + strategies) as JSON here ('-' for stdout)")
     pack.set_defaults(run=_pack)
+
+    comp = add("compile", help="compile the kernels of the first calls into the installed package, for every later "
+                               "process on this machine (an image's or a shared install's build step)")
+    comp.add_argument("--all", action="store_true", help="every kernel family (what packlib.warmup() compiles), "
+                                                        "not only the first calls'")
+    comp.add_argument("--processes", type=lambda t: _whole_number(t, 1, 256, "a whole number >= 1", "[1, 256]"),
+                      help="compile in this many processes at once (default: 2 where there are two cores)")
+    comp.set_defaults(run=_compile)
 
     from .pipeline.mlperf import cli as mlperf_cli
 

@@ -14,8 +14,9 @@ from tests.fuzz import run_isolated
 
 
 def test_the_units_compile_the_signatures_the_calls_use():
-    """In a fresh interpreter, nnls_pack at both ranges compiles its kernels; each unit then
-    adds no signature (it compiled what the call did, not another specialisation)."""
+    """In a fresh interpreter, nnls_pack at both ranges, the depth repair and the optimal
+    packer compile their kernels; each unit then adds no signature (it compiled what the
+    call did, not another specialisation), and a kernel has a unit per signature."""
     code = """
 import json, numpy as np, packlib
 from packlib import _first_use
@@ -27,6 +28,8 @@ packlib.spfhp_pack([0, 2, 1, 1, 0, 2])
 from packlib.optimal._solver import depth_repair
 # six 2s too deep for 4, beside a (5, 3): the single exchanges find nothing, pairs do
 depth_repair(np.array([2, 2, 2, 2, 2, 2, 5, 3]), np.array([0, 6, 8]), np.array([1, 1]), 12, 4)
+from packlib._warmup import run_unit
+run_unit("family:lower bounds and optimal packing")  # the optimal packer's and the lower bound's calls
 out = {}
 for unit in _first_use.UNITS:
     kernel = _first_use._kernel(unit)
@@ -38,7 +41,11 @@ print(json.dumps(out))
     got = json.loads(run_isolated(code, timeout=300).stdout.strip().splitlines()[-1])
     assert set(got) == set(_first_use.UNITS)
     for unit, (before, after) in got.items():
-        assert len(before) == 1 and after == before, (unit, before, after)
+        assert before and after == before, (unit, before, after)
+    # each kernel's units together are the signatures the calls compiled
+    for kernel in {_first_use.UNITS[unit][:2] for unit in got}:
+        units = [unit for unit in got if _first_use.UNITS[unit][:2] == kernel]
+        assert len(got[units[0]][0]) == len(units), (kernel, got[units[0]][0])
     with pytest.raises(ValueError, match="unknown compile unit 'x'"):
         _first_use.run_unit("x")
 

@@ -103,8 +103,9 @@ def _jit_users():
 
 
 # what _jit offers code that compiles kernels without defining any (a first call's compile
-# shared with a helper process: packlib/_first_use.py, packlib/_method_warmup.py)
-JIT_TOOLS = {"compile_for", "is_compiled"}
+# shared with a helper process: packlib/_first_use.py, packlib/_method_warmup.py; the kernels
+# compiled into the package: packlib/_precompile.py)
+JIT_TOOLS = {"compile_for", "is_compiled", "BUILT_DIR", "BUILDING_ENV"}
 
 
 def test_kernels_live_in_the_kernels_package():

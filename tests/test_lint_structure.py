@@ -30,7 +30,7 @@ FLOORS = [
     ("users of the registry", ["bucketing", "_method_warmup", "comparison", "sampler"]),
     ("adapters", ["formats", "torch"]),
     ("pipeline", ["pipeline"]),
-    ("entry points", ["_warmup", "cli", "__main__", ""]),
+    ("entry points", ["_warmup", "_precompile", "cli", "__main__", ""]),
 ]
 FUNCTION_LINES = 100
 
