@@ -51,8 +51,8 @@ UNITS = {
     "exchange.repair_pass": ("exchange", "repair_pass", lambda: (_i64(1), _i64(1), _i64(1), _i64(1), _N, _N, _N, _N)),
     "exchange.pair_pass": ("exchange", "pair_pass",
                            lambda: (_i64(1), _i64(1), _i64(1), _i64(1), _N, _N, _N, _N, _N)),
-    # the rest of the optimal packer and the lower bound (packlib.optimal), for a build
-    # without scipy (packlib._build)
+    # the rest of the optimal packer and the lower bound (packlib.optimal), one unit each, so
+    # that `python -m packlib compile` shares them between two processes (packlib._precompile)
     "optimal.exact_fill": ("optimal", "exact_fill", lambda: (_i64(1), _N, _N, _N)),
     "optimal.price": ("optimal", "price", lambda: (_f64(1), _i64(1), _N, _N, 1.0, _N, True)),
     "optimal.round_columns": ("optimal", "round_columns", lambda: (_i64(1, 1), _f64(1), _i64(1))),

@@ -113,7 +113,7 @@ def _note_no_cache() -> None:
               "directory to keep them", file=sys.stderr, flush=True)
 
 
-# ------------------------------------------------------- kernels compiled at build time
+# ------------------------------------------------ kernels compiled into the package
 BUILT_DIR = "_built"
 #: set in the interpreter packlib._precompile starts: what compiles goes to BUILT_DIR, only there
 BUILDING_ENV = "PACKLIB_COMPILING_INTO_PACKAGE"

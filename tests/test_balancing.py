@@ -48,9 +48,13 @@ def lengths_strategy():
         lambda t: (t[0], [min(x, t[0]) for x in t[1]]))
 
 
+# (L, lengths), world_size, micro_batches, depth, window, drop_last, b, seed: a schedule's draws
+SCHEDULE_DRAWS = (lengths_strategy(), st.integers(1, 4), st.integers(1, 3), st.sampled_from([None, 1, 3]),
+                  st.integers(1, 5), st.booleans(), st.floats(0, 0.5), st.integers(0, 3))
+
+
 @settings(max_examples=60, deadline=None)
-@given(lengths_strategy(), st.integers(1, 4), st.integers(1, 3), st.sampled_from([None, 1, 3]),
-       st.integers(1, 5), st.booleans(), st.floats(0, 0.5), st.integers(0, 3))
+@given(*SCHEDULE_DRAWS)
 def test_schedule_properties(data, W, M, depth, window, drop_last, b, seed):
     L, lengths = data
     if drop_last and len(lengths) < W * M:

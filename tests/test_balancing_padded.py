@@ -12,7 +12,7 @@ from packlib._kernels.padded import padded_count, padded_cut
 
 from . import balance_workloads as workloads
 from . import naive_balance as naive
-from .test_balancing import lengths_strategy, steps_of
+from .test_balancing import SCHEDULE_DRAWS, steps_of
 
 
 def micro_batches(s):
@@ -46,8 +46,7 @@ def check_padded(s, lengths, L, depth, W, M, drop_last, b):
 
 
 @settings(max_examples=60, deadline=None)
-@given(lengths_strategy(), st.integers(1, 4), st.integers(1, 3), st.sampled_from([None, 1, 3]),
-       st.integers(1, 5), st.booleans(), st.floats(0, 0.5), st.integers(0, 3))
+@given(*SCHEDULE_DRAWS)
 def test_padded_schedule_properties(data, W, M, depth, window, drop_last, b, seed):
     L, lengths = data
     if drop_last and len(lengths) < W * M:
